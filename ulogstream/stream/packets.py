@@ -1,0 +1,103 @@
+"""MAVLink logging messages as plain values: what the codec hands the core, and back."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+NO_MESSAGE_START = 255
+"""``first_message_offset`` value meaning no ULog message starts in this packet."""
+
+MAX_DATA_LENGTH = 249
+"""Size of the ``data`` array of LOGGING_DATA / LOGGING_DATA_ACKED."""
+
+SEQUENCE_MODULO = 0x10000
+"""LOGGING_DATA sequence numbers are uint16 and wrap around."""
+
+MAV_CMD_LOGGING_START = 2510
+MAV_CMD_LOGGING_STOP = 2511
+MAV_COMP_ID_AUTOPILOT1 = 1
+MAV_COMP_ID_LOG = 155
+"""Our default component id (protocol.md: never 0)."""
+MAV_TYPE_ONBOARD_CONTROLLER = 18
+"""Our heartbeat type: never GCS, which would mask the vehicle's data-link-loss failsafe."""
+
+
+@enum.unique
+class MavResult(enum.IntEnum):
+    """MAV_RESULT values of COMMAND_ACK."""
+
+    ACCEPTED = 0
+    TEMPORARILY_REJECTED = 1
+    DENIED = 2
+    UNSUPPORTED = 3
+    FAILED = 4
+    IN_PROGRESS = 5
+    CANCELLED = 6
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingPacket:
+    """LOGGING_DATA (``needs_ack`` False) or LOGGING_DATA_ACKED (True), ``data`` cut to ``length``.
+
+    ``system_id``/``component_id`` are the sender's (from the MAVLink frame header),
+    ``target_system``/``target_component`` the addressee's.
+    """
+
+    sequence: int
+    first_message_offset: int
+    data: bytes
+    needs_ack: bool
+    system_id: int = 1
+    component_id: int = MAV_COMP_ID_AUTOPILOT1
+    target_system: int = 0
+    target_component: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CommandAck:
+    """COMMAND_ACK for ``command`` with ``result``, from ``system_id``/``component_id``."""
+
+    command: int
+    result: int
+    system_id: int
+    component_id: int
+    target_system: int
+    target_component: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """HEARTBEAT from ``system_id``/``component_id`` (autopilots are component 1)."""
+
+    system_id: int
+    component_id: int
+    mav_type: int
+    autopilot: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommandLong:
+    """COMMAND_LONG (a vehicle simulator receives LOGGING_START/STOP as these)."""
+
+    command: int
+    param1: float
+    system_id: int
+    component_id: int
+    target_system: int
+    target_component: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingAck:
+    """LOGGING_ACK for ``sequence`` (a vehicle simulator receives these)."""
+
+    sequence: int
+    system_id: int
+    component_id: int
+    target_system: int
+    target_component: int
+
+
+MavlinkMessage = LoggingPacket | CommandAck | Heartbeat | CommandLong | LoggingAck
+"""Every MAVLink message ulogstream reads, as a plain value."""

@@ -1,0 +1,202 @@
+"""What the ULog parser reports: frozen, slotted values, one per ULog message (data rows in batches)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+InfoValue = str | int | float | bool | bytes | tuple[int | float | bool, ...]
+"""An 'I'/'M'/'P'/'Q' value decoded by the type in its key: ``char[N]`` gives str,
+``uint8_t[N]`` gives bytes, other arrays give tuples, scalars give int/float/bool."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldDefinition:
+    """One field of an 'F' format: ``type_name[array_length] name``."""
+
+    type_name: str
+    array_length: int | None
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class FileHeader:
+    """The 16-byte file header."""
+
+    version: int
+    timestamp_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlagBits:
+    """'B': compatibility flags and the offsets of appended data."""
+
+    compat_flags: bytes
+    incompat_flags: bytes
+    appended_offsets: tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FormatDefined:
+    """'F': a message format, ``name:type field;...``."""
+
+    name: str
+    fields: tuple[FieldDefinition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Info:
+    """'I': one key/value pair; ``timestamp_us`` is None in the definitions section."""
+
+    key: str
+    type_name: str
+    value: InfoValue
+    timestamp_us: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class InfoMultiple:
+    """'M': one piece of a multi-valued key; ``is_continued`` pieces extend the previous one."""
+
+    key: str
+    type_name: str
+    value: InfoValue
+    is_continued: bool
+    timestamp_us: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """'P': a parameter value; in the data section a change, stamped with the last timestamp seen."""
+
+    name: str
+    value: int | float
+    timestamp_us: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterDefault:
+    """'Q': a default value; ``default_types`` bit 0 = system wide, bit 1 = current configuration."""
+
+    name: str
+    value: int | float
+    default_types: int
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """'A': topic instance ``(name, multi_id)`` now logged under ``msg_id``.
+
+    ``dtype`` is the format flattened to named scalar fields (pyulog's names: ``field``,
+    ``arr[i]``, ``nested.sub``, ``nested[i].sub``; ``char[N]`` as one ``S{N}`` field), padding
+    left out but its room kept, so ``itemsize`` is the full struct size.
+    """
+
+    msg_id: int
+    multi_id: int
+    name: str
+    dtype: np.dtype[np.void]
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscription:
+    """'R': ``msg_id`` is no longer logged."""
+
+    msg_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DataRows:
+    """'D' messages of one subscription, in log order, as a structured array.
+
+    ``timestamps_us`` is the ``timestamp`` field in microseconds with wrap-around of small
+    timestamp types unrolled (uint8 timestamps are in milliseconds on the wire).
+    """
+
+    subscription: Subscription
+    rows: npt.NDArray[np.void]
+    timestamps_us: npt.NDArray[np.uint64]
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedString:
+    """'L' (``tag`` None) or 'C' (tagged): a printf-style message with its level byte."""
+
+    level: int
+    tag: int | None
+    timestamp_us: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """'S': a synchronization marker."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Dropout:
+    """'O': ``duration_ms`` of lost messages, after the last timestamp seen."""
+
+    duration_ms: int
+    timestamp_us: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionsEnd:
+    """The definitions section ended at ``offset`` (first 'A' or 'L' message)."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Corruption:
+    """Bytes that could not be valid messages, skipped until the parser found its footing again.
+
+    ``offset`` is where the bad message began, ``skipped`` how many bytes were passed over.
+    """
+
+    offset: int
+    skipped: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Truncated:
+    """The stream ended ``size`` bytes into a message at ``offset``; that tail was discarded."""
+
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ParserWarning:
+    """Something a reader may want to know but that does not stop parsing (unknown type, ...)."""
+
+    offset: int
+    text: str
+
+
+ULogEvent = (
+    FileHeader
+    | FlagBits
+    | FormatDefined
+    | Info
+    | InfoMultiple
+    | Parameter
+    | ParameterDefault
+    | Subscription
+    | Unsubscription
+    | DataRows
+    | LoggedString
+    | Sync
+    | Dropout
+    | DefinitionsEnd
+    | Corruption
+    | Truncated
+    | ParserWarning
+)
+"""Everything :meth:`ULogParser.receive_bytes` can return."""
