@@ -1,0 +1,420 @@
+from __future__ import annotations
+
+import itertools
+import random
+from typing import TYPE_CHECKING
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pymavlink.dialects.v20 import common as mavlink2
+
+from ulogstream.adapters.connection import load_signing_key
+from ulogstream.errors import ConfigError
+from ulogstream.mavlink_codec import (
+    MAV_AUTOPILOT_INVALID,
+    MAV_AUTOPILOT_PX4,
+    MAV_TYPE_QUADROTOR,
+    MAX_FRAME_LEN,
+    MavlinkCodec,
+    fast_crc_active,
+    parse_signing_key,
+)
+from ulogstream.stream.packets import (
+    MAV_CMD_LOGGING_START,
+    MAV_TYPE_ONBOARD_CONTROLLER,
+    CommandAck,
+    CommandLong,
+    Heartbeat,
+    LoggingAck,
+    LoggingPacket,
+    MavResult,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+KEY = bytes(range(32))
+
+
+def receiver(**kwargs: object) -> MavlinkCodec:
+    return MavlinkCodec(system_id=255, component_id=155, **kwargs)  # type: ignore[arg-type]
+
+
+def vehicle(**kwargs: object) -> MavlinkCodec:
+    return MavlinkCodec(system_id=1, component_id=1, **kwargs)  # type: ignore[arg-type]
+
+
+def pymavlink_vehicle() -> mavlink2.MAVLink:
+    return mavlink2.MAVLink(None, srcSystem=1, srcComponent=1)
+
+
+def logging_frame(
+    mav: mavlink2.MAVLink,
+    sequence: int,
+    data: bytes,
+    *,
+    acked: bool = False,
+    length: int | None = None,
+    fmo: int = 0,
+    target: tuple[int, int] = (255, 155),
+) -> bytes:
+    """A frame built by pymavlink itself, as a vehicle would send it."""
+    encode = mav.logging_data_acked_encode if acked else mav.logging_data_encode
+    message = encode(
+        target[0],
+        target[1],
+        sequence,
+        len(data) if length is None else length,
+        fmo,
+        data + bytes(249 - len(data)),
+    )
+    frame: bytes = message.pack(mav)
+    mav.seq = (mav.seq + 1) % 256
+    return frame
+
+
+def sample_frames(count: int, seed: int = 0) -> tuple[list[bytes], list[LoggingPacket]]:
+    rng = random.Random(seed)  # noqa: S311 - reproducible test data
+    mav = pymavlink_vehicle()
+    frames, packets = [], []
+    for sequence in range(count):
+        data = rng.randbytes(rng.randrange(250))
+        if rng.random() < 0.3:
+            data = data.rstrip(b"\0") + bytes(rng.randrange(1, 20))[: 249 - len(data)]
+        acked = rng.random() < 0.5
+        frames.append(logging_frame(mav, sequence, data, acked=acked))
+        packets.append(
+            LoggingPacket(
+                sequence=sequence,
+                first_message_offset=0,
+                data=data,
+                needs_ack=acked,
+                system_id=1,
+                component_id=1,
+                target_system=255,
+                target_component=155,
+            )
+        )
+    return frames, packets
+
+
+def test_pymavlink_uses_the_compiled_crc() -> None:
+    assert fast_crc_active()
+    assert mavlink2.mcrf4xx is not None
+
+
+def test_unsigned_logging_data_takes_the_struct_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    codec = receiver()
+
+    def refuse(frame: bytearray) -> None:
+        raise AssertionError(frame)
+
+    monkeypatch.setattr(codec._mav, "decode", refuse)
+    frames, packets = sample_frames(10)
+    assert codec.decode(b"".join(frames)) == packets
+
+
+def test_logging_data_and_acked_decode_to_packets() -> None:
+    mav = pymavlink_vehicle()
+    codec = receiver()
+    plain = codec.decode(logging_frame(mav, 7, b"ULog", fmo=255))
+    acked = codec.decode(logging_frame(mav, 8, b"\x01\x02", acked=True, fmo=1))
+    assert plain == [
+        LoggingPacket(7, 255, b"ULog", needs_ack=False, target_system=255, target_component=155)
+    ]
+    assert acked == [
+        LoggingPacket(8, 1, b"\x01\x02", needs_ack=True, target_system=255, target_component=155)
+    ]
+
+
+def test_data_is_cut_to_length_so_stale_bytes_are_dropped() -> None:
+    frame = logging_frame(pymavlink_vehicle(), 3, b"fresh" + b"stale leftovers", length=5)
+    [packet] = receiver().decode(frame)
+    assert isinstance(packet, LoggingPacket)
+    assert packet.data == b"fresh"
+
+
+def test_trailing_zeros_truncated_by_mavlink2_are_restored() -> None:
+    data = b"\x07" + bytes(100)
+    frame = logging_frame(pymavlink_vehicle(), 0, data)
+    assert len(frame) < 20  # MAVLink 2 really did cut the zeros off the wire
+    [packet] = receiver().decode(frame)
+    assert isinstance(packet, LoggingPacket)
+    assert packet.data == data
+
+
+def test_all_zero_payload_decodes() -> None:
+    frame = logging_frame(pymavlink_vehicle(), 0, bytes(249), target=(0, 0))
+    [packet] = receiver().decode(frame)
+    assert packet == LoggingPacket(0, 0, bytes(249), needs_ack=False)
+
+
+def test_many_frames_in_one_datagram_decode_in_order() -> None:
+    frames, packets = sample_frames(20)
+    assert receiver().decode(b"".join(frames)) == packets
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), cuts=st.lists(st.integers(0, 10_000), max_size=40))
+def test_any_chunking_decodes_the_same_packets(seed: int, cuts: list[int]) -> None:
+    frames, packets = sample_frames(12, seed)
+    stream = b"".join(frames)
+    bounds = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
+    codec = receiver()
+    decoded = []
+    for start, end in itertools.pairwise(bounds):
+        decoded += codec.decode(stream[start:end])
+    assert decoded == packets
+    assert codec.buffered == 0
+    assert codec.bad_frames == 0
+    assert codec.skipped_bytes == 0
+
+
+def test_byte_by_byte_feeding_decodes_everything() -> None:
+    frames, packets = sample_frames(5)
+    codec = receiver()
+    decoded = [m for byte in b"".join(frames) for m in codec.decode(bytes((byte,)))]
+    assert decoded == packets
+
+
+def test_buffer_stays_bounded_with_serial_reads_that_split_frames() -> None:
+    frames, packets = sample_frames(300)
+    stream = b"".join(frames)
+    codec = receiver()
+    decoded = []
+    largest = 0
+    for start in range(0, len(stream), 1000):  # 1000-byte reads never align with frames
+        decoded += codec.decode(stream[start : start + 1000])
+        largest = max(largest, codec.buffered)
+    assert decoded == packets
+    assert 0 < largest < MAX_FRAME_LEN
+
+
+def test_garbage_between_frames_is_skipped_and_counted() -> None:
+    frames, packets = sample_frames(3)
+    noise = bytes(range(0x10, 0x60))  # no start byte (0xFD/0xFE) in it
+    codec = receiver()
+    decoded = codec.decode(noise + frames[0] + noise + frames[1] + noise + frames[2])
+    assert decoded == packets
+    assert codec.skipped_bytes == 3 * len(noise)
+    assert codec.bad_frames == 0
+
+
+def test_noise_with_start_bytes_never_hides_the_next_frame() -> None:
+    rng = random.Random(5)  # noqa: S311 - reproducible test data
+    frames, packets = sample_frames(40)
+    codec = receiver()
+    decoded = []
+    for frame in frames:
+        noise = bytes(
+            rng.choice((0xFD, 0xFE, rng.randrange(256))) for _ in range(rng.randrange(30))
+        )
+        decoded += codec.decode(noise)
+        decoded += codec.decode(frame)
+    # A false start byte is rescanned from the next byte, so even noise ending in 0xFD right
+    # before a frame costs nothing.
+    assert decoded == packets
+    assert codec.skipped_bytes > 0
+
+
+def test_corrupt_frame_is_counted_and_the_next_one_still_decodes() -> None:
+    frames, packets = sample_frames(3)
+    damaged = bytearray(frames[1])
+    damaged[20] ^= 0xFF
+    codec = receiver()
+    decoded = codec.decode(frames[0] + bytes(damaged) + frames[2])
+    assert decoded == [packets[0], packets[2]]
+    assert codec.bad_frames == 1  # once, though the damaged payload may hold more start bytes
+    assert codec.skipped_bytes == len(damaged)
+
+
+def test_false_start_byte_with_a_long_length_does_not_swallow_real_frames() -> None:
+    frames, packets = sample_frames(2)
+    codec = receiver()
+    decoded = codec.decode(b"\xfd\xff" + frames[0] + frames[1])
+    assert decoded == packets
+    assert codec.skipped_bytes >= 2
+
+
+def test_impossible_length_is_rejected_as_bad() -> None:
+    frame = logging_frame(pymavlink_vehicle(), 1, b"x", length=250)
+    codec = receiver()
+    assert codec.decode(frame) == []
+    assert codec.bad_frames == 1
+
+
+def test_frames_addressed_to_someone_else_are_dropped_and_counted() -> None:
+    mav = pymavlink_vehicle()
+    codec = receiver()
+    other_system = logging_frame(mav, 1, b"a", target=(254, 155))
+    other_component = logging_frame(mav, 2, b"b", target=(255, 190))
+    broadcast = logging_frame(mav, 3, b"c", target=(255, 0))
+    ack_for_qgc = vehicle().encode_command_ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED, 255, 190)
+    decoded = codec.decode(other_system + other_component + broadcast + ack_for_qgc)
+    assert [m.sequence for m in decoded if isinstance(m, LoggingPacket)] == [3]
+    assert len(decoded) == 1
+    assert codec.foreign_frames == 3
+
+
+def test_other_messages_are_ignored_and_counted() -> None:
+    mav = pymavlink_vehicle()
+    frame = mav.attitude_encode(1, 0.1, 0.2, 0.3, 0, 0, 0).pack(mav)
+    codec = receiver()
+    assert codec.decode(frame) == []
+    assert codec.ignored_frames == 1
+
+
+def test_mavlink1_heartbeat_decodes() -> None:
+    mav = pymavlink_vehicle()
+    frame = mav.heartbeat_encode(MAV_TYPE_QUADROTOR, MAV_AUTOPILOT_PX4, 0, 0, 4).pack(
+        mav, force_mavlink1=True
+    )
+    assert frame[0] == 0xFE
+    assert receiver().decode(frame) == [Heartbeat(1, 1, MAV_TYPE_QUADROTOR, MAV_AUTOPILOT_PX4)]
+
+
+def test_logging_ack_parses_back_in_pymavlink() -> None:
+    codec = receiver()
+    mav = pymavlink_vehicle()
+    [message] = mav.parse_buffer(codec.encode_logging_ack(65535, 1, 1))
+    assert message.get_type() == "LOGGING_ACK"
+    assert (message.sequence, message.target_system, message.target_component) == (65535, 1, 1)
+    assert (message.get_srcSystem(), message.get_srcComponent()) == (255, 155)
+
+
+def test_frame_sequence_counts_up_across_encoders() -> None:
+    codec = receiver()
+    mav = pymavlink_vehicle()
+    frames = [codec.encode_heartbeat(), codec.encode_logging_ack(1, 1, 1)]
+    assert [m.get_seq() for f in frames for m in mav.parse_buffer(f)] == [0, 1]
+
+
+def test_logging_start_command_parses_back_in_pymavlink() -> None:
+    frame = receiver().encode_command_long(MAV_CMD_LOGGING_START, 0, 1, 1)
+    [message] = pymavlink_vehicle().parse_buffer(frame)
+    assert message.get_type() == "COMMAND_LONG"
+    assert (message.command, message.param1, message.target_system) == (2510, 0, 1)
+    assert message.target_component == 1
+
+
+def test_receiver_heartbeat_is_an_onboard_controller() -> None:
+    [message] = pymavlink_vehicle().parse_buffer(receiver().encode_heartbeat())
+    assert message.type == MAV_TYPE_ONBOARD_CONTROLLER
+    assert message.autopilot == MAV_AUTOPILOT_INVALID
+
+
+def test_vehicle_side_round_trip() -> None:
+    veh, rx = vehicle(), receiver()
+    heartbeat = veh.encode_heartbeat(mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4)
+    assert rx.decode(heartbeat) == [Heartbeat(1, 1, MAV_TYPE_QUADROTOR, MAV_AUTOPILOT_PX4)]
+    ack = veh.encode_command_ack(MAV_CMD_LOGGING_START, MavResult.IN_PROGRESS, 255, 155)
+    assert rx.decode(ack) == [CommandAck(2510, 5, 1, 1, 255, 155)]
+    assert veh.decode(rx.encode_command_long(2511, 0, 1, 1)) == [
+        CommandLong(2511, 0.0, 255, 155, 1, 1)
+    ]
+    assert veh.decode(rx.encode_logging_ack(42, 1, 1)) == [LoggingAck(42, 255, 155, 1, 1)]
+
+
+@pytest.mark.parametrize("acked", [False, True])
+@pytest.mark.parametrize("data", [b"", b"\0", b"abc\0\0", bytes(range(249)), bytes(249)])
+def test_encoded_logging_data_matches_pymavlink_byte_for_byte(*, acked: bool, data: bytes) -> None:
+    codec = vehicle()
+    codec.encode_heartbeat()  # frame sequence 0 used; both sides continue at 1
+    mav = pymavlink_vehicle()
+    mav.seq = 1
+    ours = codec.encode_logging_data(513, 255, 155, 255, data, acked=acked)
+    assert ours == logging_frame(mav, 513, data, acked=acked, fmo=255)
+    [packet] = receiver().decode(ours)
+    assert packet == LoggingPacket(
+        513, 255, data, needs_ack=acked, target_system=255, target_component=155
+    )
+
+
+def test_logging_data_longer_than_249_bytes_is_refused() -> None:
+    with pytest.raises(ValueError, match="at most 249 bytes, not 250"):
+        vehicle().encode_logging_data(0, 255, 155, 0, bytes(250), acked=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"system_id": 0, "component_id": 155}, "system id must be 1-255, not 0"),
+        ({"system_id": 1, "component_id": 256}, "component id must be 1-255, not 256"),
+        ({"system_id": 1, "component_id": 1, "signing_key": b"short"}, "32 bytes, not 5"),
+    ],
+)
+def test_bad_identity_is_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        MavlinkCodec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_signed_frames_decode_on_a_peer_with_the_key() -> None:
+    veh, rx = vehicle(signing_key=KEY), receiver(signing_key=KEY)
+    frame = veh.encode_logging_data(9, 255, 155, 0, b"signed data", acked=True)
+    assert frame[2] & 0x01  # the incompat flag says signed
+    assert len(frame) == 10 + len(b"\x09\x00\xff\x9b\x0b\x00signed data") + 2 + 13
+    assert rx.decode(frame) == [
+        LoggingPacket(9, 0, b"signed data", needs_ack=True, target_system=255, target_component=155)
+    ]
+    ack = rx.encode_logging_ack(9, 1, 1)
+    assert veh.decode(ack) == [LoggingAck(9, 255, 155, 1, 1)]
+    assert rx.bad_frames == veh.bad_frames == 0
+
+
+def test_signed_frames_split_across_reads_decode() -> None:
+    veh, rx = vehicle(signing_key=KEY), receiver(signing_key=KEY)
+    stream = b"".join(
+        veh.encode_logging_data(i, 255, 155, 0, b"x" * i, acked=False) for i in range(10)
+    )
+    decoded = [
+        m for start in range(0, len(stream), 7) for m in rx.decode(stream[start : start + 7])
+    ]
+    assert [m.sequence for m in decoded if isinstance(m, LoggingPacket)] == list(range(10))
+
+
+def test_wrong_key_and_unsigned_frames_are_rejected_when_a_key_is_set() -> None:
+    rx = receiver(signing_key=KEY)
+    wrong = vehicle(signing_key=bytes(32)).encode_logging_data(1, 255, 155, 0, b"a", acked=False)
+    unsigned = vehicle().encode_logging_data(2, 255, 155, 0, b"b", acked=False)
+    unsigned_ack = vehicle().encode_command_ack(2510, 0, 255, 155)
+    assert rx.decode(wrong + unsigned + unsigned_ack) == []
+    assert rx.bad_frames == 3
+
+
+def test_accept_unsigned_lets_unsigned_frames_through_but_checks_signatures() -> None:
+    rx = receiver(signing_key=KEY, accept_unsigned=True)
+    unsigned = vehicle().encode_logging_data(2, 255, 155, 0, b"b", acked=False)
+    signed = vehicle(signing_key=KEY).encode_logging_data(3, 255, 155, 0, b"c", acked=False)
+    assert [m.sequence for m in rx.decode(unsigned + signed) if isinstance(m, LoggingPacket)] == [
+        2,
+        3,
+    ]
+
+
+def test_replayed_signed_frame_is_rejected() -> None:
+    rx = receiver(signing_key=KEY)
+    frame = vehicle(signing_key=KEY).encode_logging_data(1, 255, 155, 0, b"a", acked=False)
+    assert len(rx.decode(frame)) == 1
+    assert rx.decode(frame) == []
+    assert rx.bad_frames == 1
+
+
+def test_signing_key_is_read_raw_or_as_hex(tmp_path: Path) -> None:
+    raw = tmp_path / "raw.key"
+    raw.write_bytes(KEY)
+    hexed = tmp_path / "hex.key"
+    hexed.write_text(KEY.hex().upper() + "\n")
+    assert load_signing_key(raw) == KEY
+    assert load_signing_key(hexed) == KEY
+
+
+def test_bad_signing_key_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "short.key"
+    path.write_text("abcd\n")
+    with pytest.raises(ConfigError, match=r"short\.key must hold 32 raw bytes or 64 hex digits"):
+        load_signing_key(path)
+    with pytest.raises(ConfigError, match=r"cannot read signing key file .*missing\.key"):
+        load_signing_key(tmp_path / "missing.key")
+    with pytest.raises(ConfigError, match=r"key\.txt must hold"):
+        parse_signing_key(b"zz" * 32, source="key.txt")

@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import tty
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ulogstream.adapters.connection import open_transport, parse_connection
+from ulogstream.adapters.serial_transport import SerialTransport
+from ulogstream.errors import LinkError
+from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.stream.packets import LoggingAck, LoggingPacket, MavlinkMessage
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+class Pty:
+    """A real pseudo-terminal: the test plays the autopilot on the master side."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = os.openpty()
+        tty.setraw(self.master)
+        tty.setraw(self.slave)
+        self.device = os.ttyname(self.slave)
+        self.master_open = True
+
+    def close_master(self) -> None:
+        if self.master_open:
+            os.close(self.master)
+            self.master_open = False
+
+    def close(self) -> None:
+        self.close_master()
+        os.close(self.slave)
+
+
+@pytest.fixture(name="pty")
+def fixture_pty() -> Iterator[Pty]:
+    pty = Pty()
+    yield pty
+    pty.close()
+
+
+async def read_master(pty: Pty, size: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    got = b""
+    async with asyncio.timeout(5):
+        while len(got) < size:
+            await asyncio.sleep(0.005)
+            got += await loop.run_in_executor(None, os.read, pty.master, size - len(got))
+    return got
+
+
+async def decode_until(
+    link: SerialTransport, codec: MavlinkCodec, count: int
+) -> list[MavlinkMessage]:
+    decoded: list[MavlinkMessage] = []
+    async with asyncio.timeout(5):
+        while len(decoded) < count:
+            decoded += codec.decode(await link.receive())
+    return decoded
+
+
+@pytest.mark.asyncio
+async def test_frames_split_across_reads_decode(pty: Pty) -> None:
+    link = await open_transport(parse_connection(f"{pty.device}:921600"))
+    assert isinstance(link, SerialTransport)
+    vehicle, receiver = (
+        MavlinkCodec(system_id=1, component_id=1),
+        MavlinkCodec(system_id=255, component_id=155),
+    )
+    stream = b"".join(
+        vehicle.encode_logging_data(sequence, 255, 155, 0, bytes([sequence]) * 249, acked=False)
+        for sequence in range(20)
+    )
+    reads = 0
+
+    async def autopilot() -> None:
+        for start in range(0, len(stream), 100):  # 100-byte writes split every frame
+            os.write(pty.master, stream[start : start + 100])
+            await asyncio.sleep(0.001)
+
+    writer = asyncio.create_task(autopilot())
+    decoded: list[MavlinkMessage] = []
+    async with asyncio.timeout(5):
+        while len(decoded) < 20:
+            decoded += receiver.decode(await link.receive())
+            reads += 1
+    await writer
+    assert [p.sequence for p in decoded if isinstance(p, LoggingPacket)] == list(range(20))
+    assert reads > 1
+    assert receiver.bad_frames == receiver.skipped_bytes == 0
+    await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_sent_frames_reach_the_autopilot(pty: Pty) -> None:
+    link = SerialTransport.open(pty.device)
+    receiver, vehicle = (
+        MavlinkCodec(system_id=255, component_id=155),
+        MavlinkCodec(system_id=1, component_id=1),
+    )
+    ack = receiver.encode_logging_ack(300, 1, 1)
+    link.send(ack)
+    assert await read_master(pty, len(ack)) == ack
+    assert vehicle.decode(ack) == [LoggingAck(300, 255, 155, 1, 1)]
+    assert link.describe() == f"{pty.device}:57600"
+    await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_device_vanishing_raises_a_link_error(pty: Pty) -> None:
+    link = SerialTransport.open(pty.device)
+    waiting = asyncio.create_task(link.receive())
+    await asyncio.sleep(0.01)
+    pty.close_master()  # what a USB unplug looks like to the reader: a hangup
+    async with asyncio.timeout(5):
+        with pytest.raises(LinkError, match=f"serial device {pty.device} stopped working") as info:
+            await waiting
+    assert isinstance(info.value.__cause__, OSError) or "end of file" in str(info.value)
+    await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_aclose_ends_a_waiting_receive(pty: Pty) -> None:
+    link = SerialTransport.open(pty.device)
+    waiting = asyncio.create_task(link.receive())
+    await asyncio.sleep(0.01)
+    await link.aclose()
+    async with asyncio.timeout(5):
+        assert await waiting == b""
+    link.send(b"late")
+    assert link.dropped_sends == 1
+
+
+@pytest.mark.asyncio
+async def test_missing_device_says_to_plug_the_autopilot_in() -> None:
+    with pytest.raises(
+        LinkError,
+        match=r"serial device /dev/ttyNOPE9 does not exist; is the autopilot plugged in\?",
+    ):
+        await open_transport(parse_connection("/dev/ttyNOPE9"))
+
+
+@pytest.mark.asyncio
+async def test_device_in_use_is_a_link_error(pty: Pty) -> None:
+    first = SerialTransport.open(pty.device)
+    with pytest.raises(LinkError, match=f"serial device {pty.device} is in use by another program"):
+        SerialTransport.open(pty.device)
+    await first.aclose()

@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from ulogstream.adapters.connection import open_transport, parse_connection
+from ulogstream.adapters.udp_transport import MAX_BURST, UdpTransport
+from ulogstream.errors import LinkError
+from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.stream.packets import LoggingAck, LoggingPacket
+
+
+@pytest.mark.asyncio
+async def test_frames_round_trip_between_udpout_and_udpin() -> None:
+    receiver_link = await UdpTransport.listen("127.0.0.1", 0)
+    host, port = receiver_link.local_address
+    vehicle_link = await open_transport(parse_connection(f"udpout:{host}:{port}"))
+    vehicle, receiver = (
+        MavlinkCodec(system_id=1, component_id=1),
+        MavlinkCodec(system_id=255, component_id=155),
+    )
+    try:
+        async with asyncio.timeout(5):
+            vehicle_link.send(vehicle.encode_logging_data(7, 255, 155, 0, b"ULog\x01", acked=True))
+            packets = receiver.decode(await receiver_link.receive())
+            assert packets == [
+                LoggingPacket(
+                    7, 0, b"ULog\x01", needs_ack=True, target_system=255, target_component=155
+                )
+            ]
+            receiver_link.send(receiver.encode_logging_ack(7, 1, 1))  # goes to the vehicle's port
+            assert vehicle.decode(await vehicle_link.receive()) == [LoggingAck(7, 255, 155, 1, 1)]
+    finally:
+        await vehicle_link.aclose()
+        await receiver_link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_each_receive_returns_one_whole_datagram() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        for datagram in (b"first", b"second datagram", b"3"):
+            sender.sendto(datagram, link.local_address)
+        async with asyncio.timeout(5):
+            received = [await link.receive() for _ in range(3)]
+    await link.aclose()
+    assert received == [b"first", b"second datagram", b"3"]
+
+
+@pytest.mark.asyncio
+async def test_replies_go_to_the_last_sender() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as first,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as second,
+    ):
+        first.bind(("127.0.0.1", 0))
+        second.bind(("127.0.0.1", 0))
+        first.settimeout(5)
+        second.settimeout(5)
+        async with asyncio.timeout(5):
+            first.sendto(b"from first", link.local_address)
+            assert await link.receive() == b"from first"
+            link.send(b"to first")
+            second.sendto(b"from second", link.local_address)
+            assert await link.receive() == b"from second"
+            link.send(b"to second")
+        assert link.peer == second.getsockname()
+        assert first.recv(100) == b"to first"
+        assert second.recv(100) == b"to second"
+        assert "peer 127.0.0.1" in link.describe()
+    await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_send_before_anyone_spoke_is_dropped_and_counted() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    link.send(b"nobody to send to")
+    assert link.dropped_sends == 1
+    await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_flood_of_datagrams_does_not_starve_other_tasks() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    ticks = 0
+
+    async def other_task() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        for index in range(300):  # all queued in the kernel before we read: never would block
+            sender.sendto(index.to_bytes(2, "little"), link.local_address)
+        await asyncio.sleep(0.05)
+        ticker = asyncio.create_task(other_task())
+        await asyncio.sleep(0)
+        ticks = 0
+        async with asyncio.timeout(5):
+            received = [await link.receive() for _ in range(300)]
+        ticker.cancel()
+    assert received == [index.to_bytes(2, "little") for index in range(300)]
+    assert 300 // MAX_BURST <= ticks < 300
+    await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_aclose_ends_a_waiting_receive() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    waiting = asyncio.create_task(link.receive())
+    await asyncio.sleep(0.01)
+    await link.aclose()
+    async with asyncio.timeout(5):
+        assert await waiting == b""
+    assert await link.receive() == b""
+
+
+@pytest.mark.asyncio
+async def test_port_in_use_is_a_clear_link_error() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        with pytest.raises(LinkError, match=f"UDP port {port} on 127.0.0.1 is already in use"):
+            await open_transport(parse_connection(f"udpin:127.0.0.1:{port}"))
+
+
+@pytest.mark.asyncio
+async def test_unresolvable_host_is_a_link_error() -> None:
+    with pytest.raises(LinkError, match=r"udpout:no-such-host\.invalid:14556: cannot resolve host"):
+        await UdpTransport.connect("no-such-host.invalid", 14556)

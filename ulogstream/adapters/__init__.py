@@ -1,0 +1,1 @@
+"""The asyncio shell: the only code that awaits, sleeps or touches devices, sockets and files."""

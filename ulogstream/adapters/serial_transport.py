@@ -1,0 +1,214 @@
+"""Serial links (Pixhawk USB or a UART): the only module that imports pyserial.
+
+pyserial opens, locks and configures the port (raw mode, baud rate); the reads and writes go
+straight to its non-blocking file descriptor, driven by the event loop's ``add_reader`` and
+``add_writer``, so no thread is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import termios
+
+import serial
+
+from ulogstream.adapters.transport import DEFAULT_MAX_WRITE_BUFFER
+from ulogstream.errors import LinkError
+
+DEFAULT_BAUD = 57600
+"""Baud rate when the connection string names none (USB CDC devices ignore it)."""
+
+READ_SIZE = 1 << 14
+"""Largest chunk one ``receive`` returns."""
+
+MAX_BURST = 16
+"""Reads ``receive`` returns back to back before it lets other tasks run once."""
+
+
+class SerialTransport:
+    """A serial port. ``receive`` returns what one read got, so frames arrive split at any byte.
+
+    Create it with ``SerialTransport.open(device, baud)``.
+
+    Args:
+        port: The open pyserial port.
+        device: The device path, for messages.
+        baud: The configured rate, for messages.
+        max_write_buffer: Bytes held while the port cannot take more before ``send`` drops data.
+    """
+
+    def __init__(
+        self,
+        port: serial.Serial,
+        *,
+        device: str,
+        baud: int,
+        max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+    ) -> None:
+        if port.fd is None:
+            msg = f"serial port {device} is not open"
+            raise ValueError(msg)
+        self._port = port
+        self._fd: int = port.fd
+        self._device = device
+        self._baud = baud
+        self._loop = asyncio.get_running_loop()
+        self._max_write_buffer = max_write_buffer
+        self._outgoing = bytearray()
+        self._dropped_sends = 0
+        self._closed = False
+        self._readable: asyncio.Future[None] | None = None
+        self._burst = 0
+        os.set_blocking(self._fd, False)
+        # pyserial's timeout=0 sets VMIN=0, with which an empty read returns b"" instead of
+        # EAGAIN; VMIN=1 keeps b"" for a hangup (device gone) only.
+        attributes = termios.tcgetattr(self._fd)
+        attributes[6][termios.VMIN] = 1
+        attributes[6][termios.VTIME] = 0
+        termios.tcsetattr(self._fd, termios.TCSANOW, attributes)
+
+    @classmethod
+    def open(
+        cls,
+        device: str,
+        baud: int = DEFAULT_BAUD,
+        *,
+        max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
+    ) -> SerialTransport:
+        """Open and lock ``device`` at ``baud`` in raw mode; call it from the event loop.
+
+        Raises:
+            LinkError: The device does not exist, is in use, or may not be opened.
+        """
+        try:
+            port = serial.Serial(
+                port=None, baudrate=baud, timeout=0, write_timeout=0, exclusive=True
+            )
+            port.port = device
+            port.open()
+        except serial.SerialException as err:
+            raise LinkError(_open_error(device, err)) from err
+        except ValueError as err:
+            msg = f"cannot use serial device {device} at {baud} baud: {err}"
+            raise LinkError(msg) from err
+        return cls(port, device=device, baud=baud, max_write_buffer=max_write_buffer)
+
+    @property
+    def dropped_sends(self) -> int:
+        """Sends dropped because the port stopped taking data (full buffer or device gone)."""
+        return self._dropped_sends
+
+    async def receive(self) -> bytes:
+        """Wait for the next bytes; ``b""`` after ``aclose``.
+
+        Raises:
+            LinkError: The device went away (USB unplugged) or failed; reopen it to go on.
+        """
+        while not self._closed:
+            if self._burst < MAX_BURST:
+                try:
+                    data = os.read(self._fd, READ_SIZE)
+                except BlockingIOError:
+                    pass
+                except OSError as err:
+                    raise LinkError(self._lost(err.strerror or str(err))) from err
+                else:
+                    if not data:
+                        # Readable with nothing to read: a TTY whose device is gone (hangup).
+                        raise LinkError(self._lost("end of file"))
+                    self._burst += 1
+                    return data
+            # Waiting also lets other tasks run after a burst of back-to-back reads.
+            self._burst = 0
+            await self._wait_readable()
+        return b""
+
+    async def _wait_readable(self) -> None:
+        readable = self._loop.create_future()
+        self._readable = readable
+        self._loop.add_reader(self._fd, _set_done, readable)
+        try:
+            await readable
+        finally:
+            self._readable = None
+            if not self._closed:
+                self._loop.remove_reader(self._fd)
+
+    def _lost(self, reason: str) -> str:
+        return f"serial device {self._device} stopped working ({reason}); was it unplugged?"
+
+    def send(self, data: bytes) -> None:
+        """Write ``data`` without waiting; what the port cannot take now is written when it can."""
+        if self._closed:
+            self._dropped_sends += 1
+            return
+        if self._outgoing:
+            if len(self._outgoing) + len(data) > self._max_write_buffer:
+                self._dropped_sends += 1
+                return
+            self._outgoing += data
+            return
+        try:
+            written = os.write(self._fd, data)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            self._dropped_sends += 1  # the device is gone; receive() reports it
+            return
+        if written < len(data):
+            self._outgoing += data[written:]
+            self._loop.add_writer(self._fd, self._flush)
+
+    def _flush(self) -> None:
+        try:
+            written = os.write(self._fd, self._outgoing)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._dropped_sends += 1
+            written = len(self._outgoing)
+        del self._outgoing[:written]
+        if not self._outgoing:
+            self._loop.remove_writer(self._fd)
+
+    async def aclose(self) -> None:
+        """Close the port; a waiting ``receive`` returns ``b""``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self._fd)
+        self._loop.remove_writer(self._fd)
+        if self._readable is not None:
+            _set_done(self._readable)
+        self._port.close()
+
+    def describe(self) -> str:
+        """The device and baud rate."""
+        return f"{self._device}:{self._baud}"
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _open_error(device: str, err: serial.SerialException) -> str:
+    code = err.errno
+    if code == errno.ENOENT:
+        return (
+            f"serial device {device} does not exist; is the autopilot plugged in? "
+            "(list devices with: ls /dev/serial/by-id/)"
+        )
+    if code in {errno.EACCES, errno.EPERM}:
+        return (
+            f"no permission to open serial device {device}; "
+            "add the user to the 'dialout' group or install the udev rule"
+        )
+    if code in {errno.EAGAIN, errno.EBUSY}:
+        return (
+            f"serial device {device} is in use by another program "
+            "(QGroundControl, MAVProxy, mavlink-router, ModemManager?)"
+        )
+    return f"cannot open serial device {device}: {err}"
