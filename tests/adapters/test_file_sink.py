@@ -1,0 +1,452 @@
+"""UlgFileSink and start-up recovery on real files under tmp_path."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import struct
+import threading
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from pyulog import ULog
+
+from ulogstream.adapters.file_sink import (
+    MB,
+    DiskFullError,
+    UlgFileSink,
+    recover_partial_files,
+    whole_messages_end,
+)
+from ulogstream.config import RecordingSettings
+from ulogstream.ulog.spec import HEADER_SIZE, unpack_message_header
+from ulogstream.ulog.writer import ULogWriter
+
+START = datetime(2026, 11, 21, 10, 5, 7, tzinfo=UTC)
+
+
+def sample_log(samples: int = 50) -> bytes:
+    writer = ULogWriter(timestamp_us=1_000)
+    writer.flag_bits()
+    writer.info("char", "sys_name", "PX4")
+    writer.format("sample:uint64_t timestamp;float x;")
+    writer.parameter("SYS_AUTOSTART", 4001)
+    msg_id = writer.add_logged_message("sample")
+    for i in range(samples):
+        writer.data(msg_id, struct.pack("<Qf", 1_000 + i * 1_000, i / 2))
+    writer.logging(ord("6"), 60_000, "done")
+    return writer.getvalue()
+
+
+def split_messages(log: bytes) -> list[bytes]:
+    """The file header, then each ULog message: the units the core hands the sink."""
+    parts = [log[:HEADER_SIZE]]
+    pos = HEADER_SIZE
+    while pos < len(log):
+        size, _ = unpack_message_header(log, pos)
+        parts.append(log[pos : pos + 3 + size])
+        pos += 3 + size
+    return parts
+
+
+class FakeDisk:
+    """Free space that shrinks as the sink writes (a real disk would, but cannot be filled here)."""
+
+    def __init__(self, sink_dir: Path, free: int) -> None:
+        self.sink_dir = sink_dir
+        self.start_free = free
+
+    def __call__(self, _path: Path) -> SimpleNamespace:
+        used = sum(p.stat().st_size for p in self.sink_dir.rglob("*.ulg*") if p.is_file())
+        return SimpleNamespace(free=self.start_free - used)
+
+
+def finished_log(out: Path, name: str, size: int, age_s: float) -> Path:
+    path = out / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(size))
+    stamp = START.timestamp() - age_s
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_start_log_names_the_part_file_by_utc_start_time(tmp_path: Path) -> None:
+    sink = UlgFileSink(tmp_path / "logs", min_free_mb=0)
+    local = START.astimezone(timezone(timedelta(hours=2)))
+
+    started = sink.start_log(now_utc=local)
+
+    assert started.path == tmp_path / "logs" / "2026-11-21" / "10_05_07.ulg.part"
+    assert started.path.is_file()
+    assert sink.is_open
+    assert sink.path == started.path
+    assert started.deleted == ()
+
+
+def test_an_existing_name_gets_a_numbered_suffix(tmp_path: Path) -> None:
+    (tmp_path / "2026-11-21").mkdir()
+    (tmp_path / "2026-11-21" / "10_05_07.ulg").write_bytes(b"older log")
+    sink = UlgFileSink(tmp_path, min_free_mb=0)
+
+    first = sink.start_log(now_utc=START).path
+    sink.write(sample_log())
+    sink.close()
+    second = sink.start_log(now_utc=START).path
+
+    assert first.name == "10_05_07_1.ulg.part"
+    assert second.name == "10_05_07_2.ulg.part"
+    assert (tmp_path / "2026-11-21" / "10_05_07.ulg").read_bytes() == b"older log"
+
+
+def test_written_data_reaches_the_file_at_most_one_interval_later(tmp_path: Path) -> None:
+    sink = UlgFileSink(tmp_path, min_free_mb=0)
+    part = sink.start_log(now_utc=START).path
+    header, *messages = split_messages(sample_log())
+
+    sink.write(header)
+    assert part.read_bytes() == b""  # write() only appends to memory
+    assert sink.next_flush_deadline() == float("-inf")
+    assert sink.flush_due(100.0)
+    assert part.read_bytes() == header  # another handle sees it: it went through os.write
+
+    sink.write(messages[0])
+    assert sink.next_flush_deadline() == 101.0
+    assert not sink.flush_due(100.5)
+    assert part.read_bytes() == header
+    assert sink.flush_due(101.0)
+    assert part.read_bytes() == header + messages[0]
+    assert sink.next_flush_deadline() is None
+    assert sink.bytes_written == len(header + messages[0])
+    assert sink.bytes_buffered == 0
+
+
+def test_a_large_backlog_is_written_without_waiting_for_the_deadline(tmp_path: Path) -> None:
+    sink = UlgFileSink(tmp_path, min_free_mb=0, max_buffered=100)
+    part = sink.start_log(now_utc=START).path
+    log = sample_log()
+
+    for message in split_messages(log):
+        sink.write(message)
+
+    assert sink.bytes_buffered <= 100
+    assert len(part.read_bytes()) == sink.bytes_written
+    assert part.read_bytes() == log[: sink.bytes_written]
+
+
+def test_close_fsyncs_the_file_then_renames_it_and_fsyncs_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = UlgFileSink(tmp_path, min_free_mb=0)
+    part = sink.start_log(now_utc=START).path
+    log = sample_log()
+    sink.write(log)
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(str(Path(f"/proc/self/fd/{fd}").readlink()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+
+    finished = sink.close()
+
+    final = part.parent / "10_05_07.ulg"
+    assert finished.path == final
+    assert finished.size == len(log)
+    assert finished.disk_full is None
+    assert final.read_bytes() == log
+    assert not part.exists()
+    assert synced == [str(part), str(part.parent)]
+    assert not sink.is_open
+    assert ULog(str(final)).data_list[0].name == "sample"
+
+
+@pytest.mark.asyncio
+async def test_sync_runs_fsync_in_a_worker_thread_and_aclose_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = UlgFileSink(tmp_path, min_free_mb=0)
+    part = sink.start_log(now_utc=START).path
+    sink.write(sample_log())
+    threads: list[tuple[int, str]] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        threads.append((threading.get_ident(), str(Path(f"/proc/self/fd/{fd}").readlink())))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    assert sink.flush_due(0.0)
+
+    await sink.sync()
+    await sink.sync()  # the directory entry is made durable only once
+
+    loop_thread = threading.get_ident()
+    assert [path for _, path in threads] == [str(part), str(part.parent), str(part)]
+    assert all(ident != loop_thread for ident, _ in threads)
+    finished = await sink.aclose()
+    assert finished.path.name == "10_05_07.ulg"
+    assert finished.path.read_bytes() == sample_log()
+    assert threads[-1][0] != loop_thread
+
+
+def test_misuse_raises_runtime_errors(tmp_path: Path) -> None:
+    sink = UlgFileSink(tmp_path, min_free_mb=0)
+    with pytest.raises(RuntimeError, match="call start_log"):
+        sink.write(b"x")
+    with pytest.raises(RuntimeError, match="close\\(\\) without an open log"):
+        sink.close()
+    sink.start_log(now_utc=START)
+    with pytest.raises(RuntimeError, match="close\\(\\) it first"):
+        sink.start_log(now_utc=START)
+
+
+def test_from_settings_uses_the_recording_section(tmp_path: Path) -> None:
+    settings = RecordingSettings(out_dir=tmp_path / "rec", min_free_mb=0, max_logs=3)
+    sink = UlgFileSink.from_settings(settings)
+    assert sink.out_dir == tmp_path / "rec"
+    assert sink.start_log(now_utc=START).path.parent.parent == tmp_path / "rec"
+
+
+# --- disk guard ------------------------------------------------------------------------------
+
+
+def test_start_refuses_when_free_space_is_already_below_the_limit(tmp_path: Path) -> None:
+    sink = UlgFileSink(tmp_path, min_free_mb=200, disk_usage=FakeDisk(tmp_path, 10 * MB))
+
+    with pytest.raises(DiskFullError) as info:
+        sink.start_log(now_utc=START)
+
+    assert str(info.value) == (
+        f"recording stopped: only 10 MB free on {tmp_path} (min_free_mb = 200); "
+        "free space or lower the limit"
+    )
+    assert info.value.path is None
+    assert not list(tmp_path.rglob("*.part"))
+
+
+@pytest.mark.asyncio
+async def test_disk_guard_stops_before_the_message_that_crosses_the_limit(tmp_path: Path) -> None:
+    log = sample_log(200)
+    messages = split_messages(log)
+    headroom = len(log) // 2
+    sink = UlgFileSink(tmp_path, min_free_mb=1, disk_usage=FakeDisk(tmp_path, MB + headroom))
+    part = sink.start_log(now_utc=START).path
+
+    for message in messages:
+        sink.write(message)
+    with pytest.raises(DiskFullError) as info:
+        sink.flush_due(0.0)
+    sink.write(b"after the stop")
+
+    written = part.read_bytes()
+    assert len(written) <= headroom
+    assert written == log[: len(written)]
+    assert whole_messages_end(written) == len(written)  # never half a message
+    assert len(written) > headroom - max(map(len, messages))
+    assert "recording stopped: only 1 MB free on" in str(info.value)
+    assert "(min_free_mb = 1); free space or lower the limit" in str(info.value)
+    assert sink.stopped is info.value
+    finished = await sink.aclose()
+    assert finished.disk_full is info.value
+    assert finished.dropped_bytes == len(log) - len(written) + len(b"after the stop")
+    assert finished.path.read_bytes() == written
+    assert ULog(str(finished.path)).data_list[0].name == "sample"
+
+
+def test_close_reports_a_limit_reached_by_its_last_flush(tmp_path: Path) -> None:
+    log = sample_log(100)
+    sink = UlgFileSink(tmp_path, min_free_mb=1, disk_usage=FakeDisk(tmp_path, MB + 600))
+    sink.start_log(now_utc=START)
+    for message in split_messages(log):
+        sink.write(message)
+
+    finished = sink.close()
+
+    assert finished.disk_full is not None
+    assert 0 < finished.size <= 600
+    assert finished.size + finished.dropped_bytes == len(log)
+    assert finished.path.suffix == ".ulg"
+
+
+def test_no_space_left_mid_write_cuts_back_to_a_whole_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A real ENOSPC needs a full file system; os.write is replaced to run out mid-message.
+    messages = split_messages(sample_log())
+    whole = sum(map(len, messages[:10]))
+    limit = whole + 5
+    sink = UlgFileSink(tmp_path, min_free_mb=0)
+    part = sink.start_log(now_utc=START).path
+    real_write = os.write
+
+    def filling_write(fd: int, data: bytes | memoryview) -> int:
+        room = limit - os.fstat(fd).st_size
+        if room <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, bytes(data[:room]))
+
+    monkeypatch.setattr(os, "write", filling_write)
+    for message in messages:
+        sink.write(message)
+
+    with pytest.raises(DiskFullError):
+        sink.flush()
+
+    assert part.read_bytes() == b"".join(messages[:10])
+    assert sink.bytes_written == whole
+    assert sink.bytes_dropped == sum(map(len, messages[10:]))
+
+
+# --- rotation --------------------------------------------------------------------------------
+
+
+def test_max_logs_deletes_the_oldest_finished_logs_only(tmp_path: Path) -> None:
+    oldest = finished_log(tmp_path, "2026-11-19/08_00_00.ulg", 10, age_s=3000)
+    middle = finished_log(tmp_path, "2026-11-20/09_00_00.ulg", 10, age_s=2000)
+    newest = finished_log(tmp_path, "2026-11-20/10_00_00.ulg", 10, age_s=1000)
+    leftover = finished_log(tmp_path, "2026-11-18/07_00_00.ulg.part", 10, age_s=9000)
+    sink = UlgFileSink(tmp_path, min_free_mb=0, max_logs=2)
+
+    started = sink.start_log(now_utc=START)
+
+    assert started.deleted == (oldest, middle)
+    assert newest.exists()
+    assert leftover.exists()  # .part files are recovery's business, never rotation's
+    assert not oldest.parent.exists()  # the emptied day directory is removed
+    assert middle.parent.exists()
+
+
+def test_max_total_mb_deletes_oldest_logs_also_while_recording(tmp_path: Path) -> None:
+    a = finished_log(tmp_path, "2026-11-20/01_00_00.ulg", 400_000, age_s=300)
+    b = finished_log(tmp_path, "2026-11-20/02_00_00.ulg", 400_000, age_s=200)
+    c = finished_log(tmp_path, "2026-11-20/03_00_00.ulg", 400_000, age_s=100)
+    sink = UlgFileSink(tmp_path, min_free_mb=0, max_total_mb=1)
+
+    started = sink.start_log(now_utc=START)
+    assert started.deleted == (a,)  # 1.2 MB -> 0.8 MB
+
+    sink.write(bytes(300_000))
+    sink.flush()
+
+    assert sink.rotated == [b]  # 0.8 MB + 0.3 MB being recorded > 1 MB
+    assert c.exists()
+    assert sink.path is not None
+    assert sink.path.exists()
+
+
+# --- recovery --------------------------------------------------------------------------------
+
+
+def test_recovery_trims_a_truncated_tail_and_finishes_the_log(tmp_path: Path) -> None:
+    log = sample_log()
+    whole = len(log) - len(split_messages(log)[-1])
+    part = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
+    part.parent.mkdir()
+    part.write_bytes(log[: whole + 5])
+
+    (recovered,) = recover_partial_files(tmp_path)
+
+    final = tmp_path / "2026-11-21" / "10_05_07.ulg"
+    assert recovered.path == final
+    assert recovered.part_path == part
+    assert (recovered.size, recovered.trimmed, recovered.corrupt) == (whole, 5, False)
+    assert final.read_bytes() == log[:whole]
+    assert not part.exists()
+    assert recovered.message == (
+        f"recovered {final} from an interrupted recording: kept {whole} bytes, "
+        "trimmed 5 bytes of an incomplete last message"
+    )
+    assert len(ULog(str(final)).data_list[0].data["x"]) == 50
+
+
+def test_recovery_cuts_zero_filled_blocks_left_by_a_power_cut(tmp_path: Path) -> None:
+    log = sample_log()
+    part = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
+    part.parent.mkdir()
+    part.write_bytes(log + bytes(4096))
+
+    (recovered,) = recover_partial_files(tmp_path)
+
+    assert recovered.path.read_bytes() == log
+    assert recovered.trimmed == 4096
+
+
+def test_recovery_of_a_complete_file_keeps_every_byte(tmp_path: Path) -> None:
+    log = sample_log()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.ulg").write_bytes(b"taken")
+    (tmp_path / "d" / "x.ulg.part").write_bytes(log)
+
+    (recovered,) = recover_partial_files(tmp_path)
+
+    assert recovered.path == tmp_path / "d" / "x_1.ulg"
+    assert recovered.path.read_bytes() == log
+    assert recovered.trimmed == 0
+    assert recovered.message == (
+        f"recovered {recovered.path} from an interrupted recording ({len(log)} bytes)"
+    )
+    assert (tmp_path / "d" / "x.ulg").read_bytes() == b"taken"
+
+
+@pytest.mark.parametrize("content", [b"not a ULog file at all", b"ULo", b""])
+def test_a_part_file_without_a_ulog_header_is_kept_aside_as_corrupt(
+    tmp_path: Path, content: bytes
+) -> None:
+    part = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
+    part.parent.mkdir()
+    part.write_bytes(content)
+
+    (recovered,) = recover_partial_files(tmp_path)
+
+    corrupt = tmp_path / "2026-11-21" / "10_05_07.ulg.corrupt"
+    assert recovered.corrupt
+    assert recovered.path == corrupt
+    assert corrupt.read_bytes() == content
+    assert recovered.message == (
+        f"kept {part} aside as {corrupt}: it does not start with a ULog header "
+        f"({len(content)} bytes)"
+    )
+
+
+def test_recovery_of_a_missing_directory_finds_nothing(tmp_path: Path) -> None:
+    assert recover_partial_files(tmp_path / "absent") == []
+
+
+def test_a_sink_recording_after_recovery_does_not_reuse_recovered_names(tmp_path: Path) -> None:
+    sink = UlgFileSink(tmp_path, min_free_mb=0)
+    sink.start_log(now_utc=START)
+    sink.write(sample_log()[:-3])  # a crash: the fd is never closed cleanly
+    sink.flush()
+    (recovered,) = recover_partial_files(tmp_path)
+
+    again = UlgFileSink(tmp_path, min_free_mb=0).start_log(now_utc=START)
+
+    assert recovered.path.name == "10_05_07.ulg"
+    assert again.path.name == "10_05_07_1.ulg.part"
+
+
+@pytest.mark.asyncio
+async def test_aclose_waits_for_a_running_sync_and_refuses_later_writes(tmp_path: Path) -> None:
+    sink = UlgFileSink(tmp_path, min_free_mb=0)
+    sink.start_log(now_utc=START)
+    sink.write(sample_log())
+    sink.flush()
+    syncing = asyncio.ensure_future(sink.sync())
+    await asyncio.sleep(0)  # the fsync thread is running now
+    with pytest.raises(RuntimeError, match="use aclose"):
+        sink.close()
+
+    closing = asyncio.ensure_future(sink.aclose())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="call start_log"):
+        sink.write(b"too late")
+    finished = await closing
+    await syncing
+
+    assert finished.path.read_bytes() == sample_log()
+    assert not sink.is_open

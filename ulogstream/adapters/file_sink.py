@@ -1,0 +1,555 @@
+"""Recording to disk: one ``.ulg`` per log, buffered so the ack path never waits on the disk.
+
+A log is written to ``{out_dir}/{YYYY-MM-DD}/{HH_MM_SS}.ulg.part`` (UTC, like PX4's SD card) and
+renamed to ``.ulg`` once it is complete and fsynced. :meth:`UlgFileSink.write` only appends to
+memory; the shell calls :meth:`UlgFileSink.flush_due` (``os.write`` at most once per flush
+interval, so data reaches the kernel within a second) and awaits :meth:`UlgFileSink.sync` (fsync in
+a worker thread). The caller only hands over whole ULog messages, so the file on disk always ends
+on a message boundary except after a crash mid-``write``; :func:`recover_partial_files` trims such
+leftovers at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import itertools
+import math
+import mmap
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from ulogstream.errors import UlogstreamError
+from ulogstream.ulog.spec import HEADER_SIZE, MAGIC, MESSAGE_HEADER_SIZE, unpack_message_header
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ulogstream.config import RecordingSettings
+
+MB = 1 << 20
+"""Bytes per MB in every size setting and message (as ``df -m`` counts)."""
+
+DEFAULT_FLUSH_INTERVAL_S = 1.0
+DEFAULT_MAX_BUFFERED = 4 << 20
+"""Pending bytes that force an early ``os.write`` (about 8 s at the USB streaming ceiling)."""
+
+SUFFIX = ".ulg"
+PART_SUFFIX = ".ulg.part"
+CORRUPT_SUFFIX = ".ulg.corrupt"
+
+
+class DiskUsage(Protocol):
+    """What the disk guard reads from :func:`shutil.disk_usage`."""
+
+    @property
+    def free(self) -> int:
+        """Bytes available to unprivileged users."""
+        ...
+
+
+DiskUsageFunction = Callable[[Path], DiskUsage]
+
+
+class DiskFullError(UlogstreamError):
+    """Recording stopped because the disk reached the configured minimum free space.
+
+    Args:
+        directory: The directory whose file system is full.
+        free_bytes: Free bytes when recording stopped.
+        min_free_mb: The configured limit.
+        path: The log that was finished early, or None when no log could be started.
+    """
+
+    def __init__(
+        self, *, directory: Path, free_bytes: int, min_free_mb: int, path: Path | None
+    ) -> None:
+        super().__init__(
+            f"recording stopped: only {free_bytes // MB} MB free on {directory} "
+            f"(min_free_mb = {min_free_mb}); free space or lower the limit"
+        )
+        self.directory = directory
+        self.free_bytes = free_bytes
+        self.min_free_mb = min_free_mb
+        self.path = path
+
+
+@dataclass(frozen=True, slots=True)
+class StartedLog:
+    """A log that was opened, and the old logs rotation deleted to make room for it."""
+
+    path: Path
+    """The ``.ulg.part`` file being written."""
+    deleted: tuple[Path, ...]
+    """Finished logs deleted by ``max_logs`` / ``max_total_mb``, oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedLog:
+    """A log that was closed and renamed to ``.ulg``."""
+
+    path: Path
+    size: int
+    """Bytes in the file."""
+    dropped_bytes: int
+    """Bytes handed to :meth:`UlgFileSink.write` that were not written (disk full)."""
+    disk_full: DiskFullError | None
+    """Why the log was finished early, if it was."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredFile:
+    """A ``.ulg.part`` left by an interrupted recording, and what start-up recovery did with it."""
+
+    part_path: Path
+    """Where the leftover was."""
+    path: Path
+    """Where it is now: a ``.ulg``, or a ``.ulg.corrupt`` kept aside."""
+    size: int
+    """Bytes kept."""
+    trimmed: int
+    """Bytes cut off the end (an incomplete last message)."""
+    corrupt: bool
+    """True when the file has no valid ULog header and was kept aside, untouched."""
+
+    @property
+    def message(self) -> str:
+        """One log line saying what happened."""
+        if self.corrupt:
+            return (
+                f"kept {self.part_path} aside as {self.path}: it does not start with a ULog "
+                f"header ({self.size} bytes)"
+            )
+        if self.trimmed:
+            return (
+                f"recovered {self.path} from an interrupted recording: kept {self.size} bytes, "
+                f"trimmed {self.trimmed} bytes of an incomplete last message"
+            )
+        return f"recovered {self.path} from an interrupted recording ({self.size} bytes)"
+
+
+@dataclass(slots=True)
+class _OpenLog:
+    fd: int
+    part_path: Path
+    final_path: Path
+    size: int = 0
+    dir_synced: bool = False
+
+
+class UlgFileSink:
+    """Writes logs to ``out_dir``, one file per log, with a free-space guard and rotation.
+
+    Args:
+        out_dir: Root of the recordings, created when missing.
+        min_free_mb: Stop a log cleanly before free space would drop below this.
+        max_logs: Keep at most this many finished logs (the new one included); 0: no limit.
+        max_total_mb: Keep finished logs plus the current one under this size; 0: no limit.
+        flush_interval_s: Longest time written data stays in memory (see :meth:`flush_due`).
+        max_buffered: Pending bytes that make :meth:`write` flush at once (bounds memory).
+        disk_usage: Free-space probe; :func:`shutil.disk_usage` except in tests.
+    """
+
+    def __init__(
+        self,
+        out_dir: Path,
+        *,
+        min_free_mb: int = 200,
+        max_logs: int = 0,
+        max_total_mb: int = 0,
+        flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
+        max_buffered: int = DEFAULT_MAX_BUFFERED,
+        disk_usage: DiskUsageFunction = shutil.disk_usage,
+    ) -> None:
+        self.out_dir = out_dir
+        self._min_free_mb = min_free_mb
+        self._max_logs = max_logs
+        self._max_total_bytes = max_total_mb * MB
+        self._flush_interval_s = flush_interval_s
+        self._max_buffered = max_buffered
+        self._disk_usage = disk_usage
+        self._log: _OpenLog | None = None
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self._flush_deadline = -math.inf
+        self._stopped: DiskFullError | None = None
+        self._finished: list[tuple[Path, int]] = []
+        self._sync_future: asyncio.Future[None] | None = None
+        self.bytes_dropped = 0
+        """Bytes of the current log discarded after the disk guard stopped it."""
+        self.rotated: list[Path] = []
+        """Finished logs ``max_total_mb`` deleted while recording (the shell logs and clears it)."""
+
+    @classmethod
+    def from_settings(cls, recording: RecordingSettings) -> UlgFileSink:
+        """A sink configured by the ``[recording]`` settings."""
+        return cls(
+            recording.out_dir,
+            min_free_mb=recording.min_free_mb,
+            max_logs=recording.max_logs,
+            max_total_mb=recording.max_total_mb,
+        )
+
+    @property
+    def is_open(self) -> bool:
+        """True between :meth:`start_log` and :meth:`close`."""
+        return self._log is not None
+
+    @property
+    def path(self) -> Path | None:
+        """The ``.ulg.part`` file being written, if any."""
+        return None if self._log is None else self._log.part_path
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of the current log handed to the kernel (``os.write``)."""
+        return 0 if self._log is None else self._log.size
+
+    @property
+    def bytes_buffered(self) -> int:
+        """Bytes of the current log still in memory."""
+        return self._pending_size
+
+    @property
+    def stopped(self) -> DiskFullError | None:
+        """Why the current log stopped taking data, if the disk guard stopped it."""
+        return self._stopped
+
+    def start_log(self, *, now_utc: datetime | None = None) -> StartedLog:
+        """Apply rotation, check free space and create the ``.ulg.part`` of a new log.
+
+        Args:
+            now_utc: Start time naming the file (tests); the current UTC time by default.
+
+        Raises:
+            DiskFullError: Free space is already below the limit; no file is created.
+            RuntimeError: A log is already open.
+        """
+        if self._log is not None:
+            msg = f"start_log() while {self._log.part_path} is open; close() it first"
+            raise RuntimeError(msg)
+        now = datetime.now(UTC) if now_utc is None else now_utc.astimezone(UTC)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._finished = _finished_logs(self.out_dir)
+        deleted = self._rotate()
+        free = self._disk_usage(self.out_dir).free
+        if free < self._min_free_mb * MB:
+            raise DiskFullError(
+                directory=self.out_dir,
+                free_bytes=free,
+                min_free_mb=self._min_free_mb,
+                path=None,
+            )
+        day_dir = self.out_dir / now.strftime("%Y-%m-%d")
+        day_dir.mkdir(exist_ok=True)
+        stem = _unused_stem(
+            day_dir, now.strftime("%H_%M_%S"), (SUFFIX, PART_SUFFIX, CORRUPT_SUFFIX)
+        )
+        part_path = day_dir / f"{stem}{PART_SUFFIX}"
+        fd = os.open(part_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self._log = _OpenLog(fd=fd, part_path=part_path, final_path=day_dir / f"{stem}{SUFFIX}")
+        self._flush_deadline = -math.inf
+        self._stopped = None
+        self.bytes_dropped = 0
+        return StartedLog(path=part_path, deleted=tuple(deleted))
+
+    def write(self, data: bytes) -> None:
+        """Append whole ULog messages to the current log (in memory: never waits on the disk).
+
+        After the disk guard stopped the log, data is counted in :attr:`bytes_dropped`.
+
+        Raises:
+            DiskFullError: Only when more than ``max_buffered`` bytes were pending and the early
+                flush reached the free-space limit.
+            RuntimeError: No log is open.
+        """
+        if self._log is None:
+            msg = "write() without an open log; call start_log() first"
+            raise RuntimeError(msg)
+        if self._stopped is not None:
+            self.bytes_dropped += len(data)
+            return
+        self._pending.append(data)
+        self._pending_size += len(data)
+        if self._pending_size > self._max_buffered:
+            self.flush()
+
+    def next_flush_deadline(self) -> float | None:
+        """When :meth:`flush_due` will write (its ``now`` clock); None when nothing waits."""
+        return self._flush_deadline if self._pending else None
+
+    def flush_due(self, now: float) -> bool:
+        """Write pending data if the flush interval has passed since the last flush.
+
+        Data written after a quiet period goes out on the next call; after that, at most once
+        per flush interval. When this returns True, schedule :meth:`sync`.
+
+        Args:
+            now: A monotonic clock reading, in seconds.
+
+        Raises:
+            DiskFullError: The free-space limit was reached (see :meth:`flush`).
+        """
+        if not self._pending or now < self._flush_deadline:
+            return False
+        self._flush_deadline = now + self._flush_interval_s
+        self.flush()
+        return True
+
+    def flush(self) -> None:
+        """Hand every pending byte to the kernel with ``os.write`` now (no fsync).
+
+        The free-space guard runs first: if writing everything would leave less than
+        ``min_free_mb``, only the whole messages that fit are written and the log stops taking
+        data. Finish it with :meth:`aclose`.
+
+        Raises:
+            DiskFullError: Once, when the free-space limit stops the log.
+        """
+        log = self._log
+        if log is None or not self._pending:
+            return
+        chunks, self._pending, pending_size = self._pending, [], self._pending_size
+        self._pending_size = 0
+        if self._max_total_bytes:
+            self.rotated.extend(self._enforce_total(log.size + pending_size))
+        free = self._disk_usage(log.part_path.parent).free
+        budget = free - self._min_free_mb * MB
+        if pending_size <= budget:
+            self._write_chunks(log, chunks)
+            return
+        fitting: list[bytes] = []
+        used = 0
+        for chunk in chunks:
+            if used + len(chunk) > budget:
+                break
+            fitting.append(chunk)
+            used += len(chunk)
+        self._write_chunks(log, fitting)
+        self._stop(log, dropped=pending_size - used, free_bytes=free - used)
+
+    async def sync(self) -> None:
+        """Run fsync on the current log in a worker thread (and on its directory, once).
+
+        A call while another sync is running returns at once: that one covers this data.
+        """
+        log = self._log
+        if log is None or self._sync_future is not None:
+            return
+        self._sync_future = asyncio.ensure_future(asyncio.to_thread(_sync_log, log))
+        try:
+            await self._sync_future
+        finally:
+            self._sync_future = None
+
+    def close(self) -> FinishedLog:
+        """Flush, fsync and rename the current log to ``.ulg`` (blocking: shutdown paths only).
+
+        Raises:
+            RuntimeError: No log is open, or :meth:`sync` is still running.
+        """
+        if self._sync_future is not None:
+            msg = "close() while sync() runs; use aclose()"
+            raise RuntimeError(msg)
+        log, closing = self._detach()
+        return closing(_finalise(log))
+
+    async def aclose(self) -> FinishedLog:
+        """Flush, then fsync and rename the current log to ``.ulg`` in a worker thread.
+
+        From the moment this is called, :meth:`write` raises as if no log were open.
+
+        Raises:
+            RuntimeError: No log is open.
+        """
+        log, closing = self._detach()
+        if self._sync_future is not None:
+            await asyncio.wait([self._sync_future])
+        return closing(await asyncio.to_thread(_finalise, log))
+
+    def _detach(self) -> tuple[_OpenLog, Callable[[Path], FinishedLog]]:
+        """Flush the current log and let go of it; the callable makes its :class:`FinishedLog`."""
+        log = self._log
+        if log is None:
+            msg = "close() without an open log"
+            raise RuntimeError(msg)
+        with contextlib.suppress(DiskFullError):  # reported through FinishedLog.disk_full
+            self.flush()
+        dropped, stopped = self.bytes_dropped, self._stopped
+        self._log = None
+        self._stopped = None
+
+        def closing(path: Path) -> FinishedLog:
+            return FinishedLog(path=path, size=log.size, dropped_bytes=dropped, disk_full=stopped)
+
+        return log, closing
+
+    def _write_chunks(self, log: _OpenLog, chunks: list[bytes]) -> None:
+        data = memoryview(b"".join(chunks))
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(log.fd, data[written:])
+        except OSError as err:
+            if err.errno != errno.ENOSPC:
+                raise
+            # Never leave half a message: cut back to the last whole chunk that made it.
+            whole = max(
+                (end for end in itertools.accumulate(map(len, chunks)) if end <= written),
+                default=0,
+            )
+            os.ftruncate(log.fd, log.size + whole)
+            log.size += whole
+            self._stop(log, dropped=len(data) - whole, free_bytes=0)
+        log.size += written
+
+    def _stop(self, log: _OpenLog, *, dropped: int, free_bytes: int) -> None:
+        self.bytes_dropped += dropped
+        self._stopped = DiskFullError(
+            directory=log.part_path.parent,
+            free_bytes=max(0, free_bytes),
+            min_free_mb=self._min_free_mb,
+            path=log.final_path,
+        )
+        raise self._stopped
+
+    def _rotate(self) -> list[Path]:
+        """Make room for a new log: ``max_logs`` counts it, ``max_total_mb`` starts it at 0."""
+        deleted: list[Path] = []
+        if self._max_logs:
+            while self._finished and len(self._finished) > self._max_logs - 1:
+                deleted.append(self._delete_oldest())
+        if self._max_total_bytes:
+            deleted.extend(self._enforce_total(0))
+        return deleted
+
+    def _enforce_total(self, current_size: int) -> list[Path]:
+        deleted: list[Path] = []
+        total = current_size + sum(size for _, size in self._finished)
+        while self._finished and total > self._max_total_bytes:
+            total -= self._finished[0][1]
+            deleted.append(self._delete_oldest())
+        return deleted
+
+    def _delete_oldest(self) -> Path:
+        path, _ = self._finished.pop(0)
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the day's directory still holds other logs
+            path.parent.rmdir()
+        return path
+
+
+def recover_partial_files(out_dir: Path) -> list[RecoveredFile]:
+    """Finish the ``.ulg.part`` files an interrupted recording left in ``out_dir``.
+
+    Each is trimmed to its last whole ULog message and renamed to ``.ulg``; a file without a
+    ULog header is renamed ``.ulg.corrupt`` and left as it was. Run it before any sink opens.
+    """
+    if not out_dir.is_dir():
+        return []
+    return [_recover(part) for part in sorted(out_dir.glob(f"*/*{PART_SUFFIX}"))]
+
+
+def whole_messages_end(data: bytes | bytearray | memoryview) -> int:
+    """Offset just past the last whole ULog message in ``data`` (a file starting with its header).
+
+    The walk also stops at a message type that is not an ASCII letter: every ULog type is one,
+    and a power cut can leave zero-filled blocks at the end of a file.
+    """
+    size = len(data)
+    pos = HEADER_SIZE
+    while pos + MESSAGE_HEADER_SIZE <= size:
+        msg_size, msg_type = unpack_message_header(data, pos)
+        if not (0x41 <= msg_type <= 0x5A or 0x61 <= msg_type <= 0x7A):  # noqa: PLR2004
+            break
+        end = pos + MESSAGE_HEADER_SIZE + msg_size
+        if end > size:
+            break
+        pos = end
+    return min(pos, size)
+
+
+def _recover(part: Path) -> RecoveredFile:
+    stem = part.name.removesuffix(PART_SUFFIX)
+    with part.open("r+b") as file:
+        size = os.fstat(file.fileno()).st_size
+        header = file.read(HEADER_SIZE)
+        if len(header) < HEADER_SIZE or not header.startswith(MAGIC):
+            corrupt_stem = _unused_stem(part.parent, stem, (CORRUPT_SUFFIX,))
+            corrupt = part.with_name(f"{corrupt_stem}{CORRUPT_SUFFIX}")
+            part.rename(corrupt)
+            _fsync_dir(part.parent)
+            return RecoveredFile(part, corrupt, size, 0, corrupt=True)
+        keep = HEADER_SIZE
+        if size > HEADER_SIZE:
+            with (
+                mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) as mapped,
+                memoryview(mapped) as view,
+            ):
+                keep = whole_messages_end(view)
+        if keep < size:
+            file.truncate(keep)
+        file.flush()
+        os.fsync(file.fileno())
+    final = part.with_name(f"{_unused_stem(part.parent, stem, (SUFFIX,))}{SUFFIX}")
+    part.rename(final)
+    _fsync_dir(part.parent)
+    return RecoveredFile(part, final, keep, size - keep, corrupt=False)
+
+
+def _finished_logs(out_dir: Path) -> list[tuple[Path, int]]:
+    """Finished logs under ``out_dir``, oldest first, with their sizes."""
+    found: list[tuple[float, Path, int]] = []
+    for path in out_dir.glob(f"*/*{SUFFIX}"):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue
+        found.append((stat.st_mtime, path, stat.st_size))
+    found.sort()
+    return [(path, size) for _, path, size in found]
+
+
+def _unused_stem(directory: Path, stem: str, suffixes: Iterable[str]) -> str:
+    """``stem``, or ``stem_1``, ``stem_2``... so that no ``stem + suffix`` exists yet."""
+    suffixes = tuple(suffixes)
+    for index in itertools.count():
+        candidate = stem if index == 0 else f"{stem}_{index}"
+        if not any((directory / f"{candidate}{suffix}").exists() for suffix in suffixes):
+            return candidate
+    raise AssertionError  # pragma: no cover (itertools.count() never ends)
+
+
+def _sync_log(log: _OpenLog) -> None:
+    os.fsync(log.fd)
+    if not log.dir_synced:
+        _fsync_dir(log.part_path.parent)
+        log.dir_synced = True
+
+
+def _finalise(log: _OpenLog) -> Path:
+    """fsync, close and rename ``log`` to its ``.ulg`` name; fsync the directory."""
+    try:
+        os.fsync(log.fd)
+    finally:
+        os.close(log.fd)
+    final = log.final_path
+    if final.exists():  # someone else took the name meanwhile: never overwrite
+        final = final.with_name(f"{_unused_stem(final.parent, final.stem, (SUFFIX,))}{SUFFIX}")
+    log.part_path.rename(final)
+    _fsync_dir(final.parent)
+    return final
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,570 @@
+"""Settings: typed, frozen configuration loaded from TOML plus command-line overrides.
+
+``configs/ulogstream.toml`` documents every setting with its default; a test keeps the two equal.
+Errors name the source (file or command line), the dotted key and what is wrong, and are raised as
+:class:`~ulogstream.errors.ConfigError`. Secrets are never inline: the MQTT password comes from a
+file or an environment variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import socket
+import tomllib
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, get_args, get_origin
+from urllib.parse import urlsplit
+
+from ulogstream.errors import ConfigError
+from ulogstream.stream.packets import MAV_COMP_ID_LOG
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Encoding = Literal["json", "msgpack", "ulog"]
+MqttProtocol = Literal["3.1.1", "5"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+ENCODINGS: tuple[Encoding, ...] = ("json", "msgpack", "ulog")
+MQTT_SCHEMES = ("mqtt", "mqtts")
+"""``mqtt://host[:1883]`` plain TCP, ``mqtts://host[:8883]`` TLS."""
+
+MAX_MAVLINK_ID = 0xFF
+MAX_PORT = 0xFFFF
+
+_TOPIC_FORBIDDEN = re.compile(r"[+#\x00]")
+_LEVEL_FORBIDDEN = re.compile(r"[/+#\x00]")
+_NETWORK_LINK = re.compile(r"^(?:udpin|udpout|udp|tcp):(?P<host>.*):(?P<port>[^:]*)$")
+
+
+class SettingError(ValueError):
+    """A value no setting of that key can take; the loader adds the source to the message.
+
+    Args:
+        key: The dotted key, e.g. ``mqtt.qos``.
+        problem: What is wrong, phrased to follow the key ("must be 0, 1 or 2, not 3").
+    """
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key} {problem}")
+        self.key = key
+
+
+def _require(condition: bool, key: str, problem: str) -> None:  # noqa: FBT001
+    if not condition:
+        raise SettingError(key, problem)
+
+
+def _check_id(key: str, value: int) -> None:
+    _require(1 <= value <= MAX_MAVLINK_ID, key, f"must be a MAVLink id from 1 to 255, not {value}")
+
+
+def _check_non_negative(key: str, value: float, unit: str) -> None:
+    _require(value >= 0, key, f"must be >= 0{unit}, not {value}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LinkSettings:
+    """The MAVLink link to the vehicle and our identity on it.
+
+    Attributes:
+        connection: A serial device (``/dev/pixhawk``), ``udpin:HOST:PORT`` or ``udpout:HOST:PORT``.
+        baud: Serial baud rate (ignored by USB CDC ports, which run at USB speed).
+        sysid: Our MAVLink system id.
+        compid: Our MAVLink component id (never 0; 155 is MAV_COMP_ID_LOG).
+        target_sysid: The autopilot's system id; None takes the first HEARTBEAT from compid 1.
+        signing_key_file: A file holding the 32-byte MAVLink 2 signing key; None: no signing.
+    """
+
+    connection: str = "/dev/pixhawk"
+    baud: int = 921600
+    sysid: int = 254
+    compid: int = MAV_COMP_ID_LOG
+    target_sysid: int | None = None
+    signing_key_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        _require(bool(self.connection.strip()), "link.connection", "must not be empty")
+        network = _NETWORK_LINK.match(self.connection)
+        if network is not None:
+            port = network.group("port")
+            _require(
+                port.isdigit() and 1 <= int(port) <= MAX_PORT,
+                "link.connection",
+                f"has port {port!r}, which is not from 1 to 65535",
+            )
+        _require(self.baud > 0, "link.baud", f"must be > 0, not {self.baud}")
+        _check_id("link.sysid", self.sysid)
+        _check_id("link.compid", self.compid)
+        if self.target_sysid is not None:
+            _check_id("link.target_sysid", self.target_sysid)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecordingSettings:
+    """Where and how logs are written.
+
+    Attributes:
+        out_dir: Logs go to ``{out_dir}/{YYYY-MM-DD}/{HH_MM_SS}.ulg`` (UTC).
+        min_free_mb: Recording stops cleanly before free space drops below this.
+        max_logs: Keep at most this many finished logs, deleting the oldest; 0: no limit.
+        max_total_mb: Keep all logs (the current one included) under this total size by deleting
+            the oldest finished ones; 0: no limit.
+        idle_timeout_s: No logging data for this long ends the log (finished as incomplete).
+    """
+
+    out_dir: Path = Path("/var/lib/ulogstream")
+    min_free_mb: int = 200
+    max_logs: int = 0
+    max_total_mb: int = 0
+    idle_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        _check_non_negative("recording.min_free_mb", self.min_free_mb, " MB")
+        _check_non_negative("recording.max_logs", self.max_logs, "")
+        _check_non_negative("recording.max_total_mb", self.max_total_mb, " MB")
+        _require(
+            self.idle_timeout_s > 0,
+            "recording.idle_timeout_s",
+            f"must be > 0 s, not {self.idle_timeout_s}",
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MqttSettings:
+    """Live publishing to an MQTT broker (topics and payloads: docs/mqtt.md).
+
+    Attributes:
+        url: ``mqtt://host[:port]`` or ``mqtts://host[:port]``; None: no publishing.
+        root: First topic level.
+        vehicle_id: Second topic level; None: this machine's host name.
+        qos: MQTT QoS of topic data (retained metadata uses the same).
+        protocol: MQTT protocol version, ``"3.1.1"`` or ``"5"``.
+        tls_ca_file: CA bundle to verify the broker; None: the system's (only with mqtts).
+        tls_cert_file: Client certificate for mutual TLS (needs ``tls_key_file``).
+        tls_key_file: Private key of ``tls_cert_file``.
+        username: Broker user name; None: anonymous.
+        password_file: File whose first line is the password (never inline).
+        password_env: Environment variable holding the password (never inline).
+        encodings: Payload encodings published, each under its own subtree.
+        default_rate_hz: Per (topic, multi_id) rate cap; 0: every sample.
+        rates: Per-topic rate caps overriding ``default_rate_hz``.
+        include: Topic name patterns (fnmatch) to publish; empty: all topics.
+        exclude: Topic name patterns never published (applied after ``include``).
+        outbox_size: Messages queued for a slow broker before the oldest are dropped.
+    """
+
+    url: str | None = None
+    root: str = "ulogstream"
+    vehicle_id: str | None = None
+    qos: int = 0
+    protocol: MqttProtocol = "3.1.1"
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    username: str | None = None
+    password_file: Path | None = None
+    password_env: str | None = None
+    encodings: tuple[Encoding, ...] = ("json",)
+    default_rate_hz: float = 10.0
+    rates: Mapping[str, float] = field(default_factory=dict)
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    outbox_size: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            _check_mqtt_url(self.url)
+        _require(
+            bool(self.root) and not _TOPIC_FORBIDDEN.search(self.root),
+            "mqtt.root",
+            f"must be a non-empty topic without '+', '#' or NUL, not {self.root!r}",
+        )
+        _require(
+            not self.root.startswith("/") and not self.root.endswith("/"),
+            "mqtt.root",
+            f"must not start or end with '/', not {self.root!r}",
+        )
+        if self.vehicle_id is not None:
+            _require(
+                bool(self.vehicle_id) and not _LEVEL_FORBIDDEN.search(self.vehicle_id),
+                "mqtt.vehicle_id",
+                "must be one non-empty topic level without '/', '+' or '#', "
+                f"not {self.vehicle_id!r}",
+            )
+        _require(self.qos in {0, 1, 2}, "mqtt.qos", f"must be 0, 1 or 2, not {self.qos}")
+        _require(
+            (self.tls_cert_file is None) == (self.tls_key_file is None),
+            "mqtt.tls_key_file" if self.tls_key_file is None else "mqtt.tls_cert_file",
+            "must be set together with "
+            + ("mqtt.tls_cert_file" if self.tls_key_file is None else "mqtt.tls_key_file"),
+        )
+        _require(
+            self.password_file is None or self.password_env is None,
+            "mqtt.password_env",
+            "cannot be set together with mqtt.password_file; choose one",
+        )
+        if self.password_env is not None:
+            _require(bool(self.password_env), "mqtt.password_env", "must name a variable, not ''")
+        _require(bool(self.encodings), "mqtt.encodings", "must list at least one encoding")
+        _require(
+            len(set(self.encodings)) == len(self.encodings),
+            "mqtt.encodings",
+            f"lists an encoding twice: {list(self.encodings)}",
+        )
+        # Frozen all the way down: the daemon shares one Settings between its tasks.
+        object.__setattr__(self, "rates", types.MappingProxyType(dict(self.rates)))
+        _check_non_negative("mqtt.default_rate_hz", self.default_rate_hz, " Hz")
+        for topic, rate in self.rates.items():
+            _check_non_negative(f"mqtt.rates.{topic}", rate, " Hz")
+        _require(self.outbox_size >= 1, "mqtt.outbox_size", f"must be >= 1, not {self.outbox_size}")
+
+    def effective_vehicle_id(self) -> str:
+        """The vehicle id used in topics: ``vehicle_id``, else this machine's host name."""
+        return self.vehicle_id if self.vehicle_id is not None else socket.gethostname()
+
+    def rate_hz(self, topic: str) -> float:
+        """The rate cap of ``topic`` (0: every sample)."""
+        return self.rates.get(topic, self.default_rate_hz)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LogSettings:
+    """Our own diagnostics.
+
+    Attributes:
+        level: Python logging level name.
+        status_line: Show a one-line live status (rates, losses, file) on a terminal.
+    """
+
+    level: LogLevel = "info"
+    status_line: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SystemdSettings:
+    """Integration with systemd when started as a service.
+
+    Attributes:
+        watchdog: Send WATCHDOG=1 when the unit sets WatchdogSec (no-op outside systemd).
+    """
+
+    watchdog: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    """Every setting of ulogstream, grouped as in the TOML file."""
+
+    link: LinkSettings = field(default_factory=LinkSettings)
+    recording: RecordingSettings = field(default_factory=RecordingSettings)
+    mqtt: MqttSettings = field(default_factory=MqttSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    systemd: SystemdSettings = field(default_factory=SystemdSettings)
+
+
+GROUPS: dict[str, type[DataclassInstance]] = {
+    "link": LinkSettings,
+    "recording": RecordingSettings,
+    "mqtt": MqttSettings,
+    "log": LogSettings,
+    "systemd": SystemdSettings,
+}
+"""TOML section name -> settings class."""
+
+_INLINE_SECRETS = {"mqtt.password": "use mqtt.password_file or mqtt.password_env"}
+COMMAND_LINE = "command line"
+"""The source named in errors about ``overrides``."""
+
+
+def _check_mqtt_url(url: str) -> None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as err:
+        key, problem = "mqtt.url", f"is not a valid URL ({err}): {url!r}"
+        raise SettingError(key, problem) from None
+    _require(
+        parts.scheme in MQTT_SCHEMES,
+        "mqtt.url",
+        f"must start with mqtt:// or mqtts://, not {url!r}",
+    )
+    _require(bool(parts.hostname), "mqtt.url", f"has no host name: {url!r}")
+    _require(
+        parts.password is None,
+        "mqtt.url",
+        "must not contain a password; use mqtt.password_file or mqtt.password_env",
+    )
+    _require(
+        port is None or port >= 1, "mqtt.url", f"has port {port}, which is not from 1 to 65535"
+    )
+
+
+def mqtt_password(mqtt: MqttSettings, environ: Mapping[str, str] = os.environ) -> str | None:
+    """Read the MQTT password from ``password_file`` or ``password_env`` (None when neither).
+
+    Raises:
+        ConfigError: The file cannot be read or the variable is not set.
+    """
+    if mqtt.password_file is not None:
+        try:
+            text = mqtt.password_file.read_text(encoding="utf-8")
+        except OSError as err:
+            msg = f"mqtt.password_file {mqtt.password_file} cannot be read: {err.strerror}"
+            raise ConfigError(msg) from err
+        return text.splitlines()[0] if text else ""
+    if mqtt.password_env is not None:
+        if mqtt.password_env not in environ:
+            msg = f"mqtt.password_env names ${mqtt.password_env}, which is not set"
+            raise ConfigError(msg)
+        return environ[mqtt.password_env]
+    return None
+
+
+def load_settings(
+    path: Path | None, overrides: Mapping[str, object] = types.MappingProxyType({})
+) -> Settings:
+    """Load ``path`` (None: defaults only), then apply ``overrides``.
+
+    Args:
+        path: A TOML file with the sections of :class:`Settings`.
+        overrides: Dotted keys (``"mqtt.qos"``, ``"mqtt.rates.vehicle_attitude"``) and values,
+            from the command line; they win over the file. None values are skipped.
+
+    Raises:
+        ConfigError: Naming the file (or "command line"), the key and what is wrong.
+    """
+    source = str(path) if path is not None else "defaults"
+    raw: dict[str, object] = {}
+    if path is not None:
+        raw = _read_toml(path)
+    sources: dict[str, str] = {}
+    groups: dict[str, dict[str, object]] = {}
+    for section, table in raw.items():
+        if section not in GROUPS:
+            msg = f"{source}: unknown section [{section}]{_suggest(section, GROUPS)}"
+            raise ConfigError(msg)
+        if not isinstance(table, dict):
+            msg = f"{source}: {section} must be a table ([{section}]), not {_describe(table)}"
+            raise ConfigError(msg)
+        for name, value in table.items():
+            key = f"{section}.{name}"
+            groups.setdefault(section, {})[name] = _convert(key, value, source)
+            sources[key] = source
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        section, name, entry = _split_key(key, COMMAND_LINE)
+        if entry is None:
+            groups.setdefault(section, {})[name] = _convert(key, value, COMMAND_LINE)
+        else:
+            table = groups.setdefault(section, {})
+            old = table.get(name, {})
+            merged = dict(old) if isinstance(old, dict) else {}
+            merged[entry] = _convert_entry(key, value, COMMAND_LINE)
+            table[name] = merged
+        sources[f"{section}.{name}"] = COMMAND_LINE
+    try:
+        return Settings(
+            link=LinkSettings(**groups.get("link", {})),  # type: ignore[arg-type]
+            recording=RecordingSettings(**groups.get("recording", {})),  # type: ignore[arg-type]
+            mqtt=MqttSettings(**groups.get("mqtt", {})),  # type: ignore[arg-type]
+            log=LogSettings(**groups.get("log", {})),  # type: ignore[arg-type]
+            systemd=SystemdSettings(**groups.get("systemd", {})),  # type: ignore[arg-type]
+        )
+    except SettingError as err:
+        where = sources.get(err.key) or sources.get(err.key.rpartition(".")[0], source)
+        msg = f"{where}: {err}"
+        raise ConfigError(msg) from None
+
+
+def parse_override(text: str) -> tuple[str, object]:
+    """Parse a ``KEY=VALUE`` command-line option; VALUE is TOML (``5``, ``true``, ``["a"]``).
+
+    Settings that take text (strings, paths, choices) take VALUE as it is, so
+    ``link.connection=/dev/ttyACM0`` and ``mqtt.vehicle_id=7`` need no quotes; quoted TOML
+    strings are unquoted.
+
+    Raises:
+        ConfigError: ``text`` is not ``KEY=VALUE`` or names an unknown key.
+    """
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        msg = f"{COMMAND_LINE}: expected KEY=VALUE (e.g. mqtt.qos=1), not {text!r}"
+        raise ConfigError(msg)
+    section, name, entry = _split_key(key, COMMAND_LINE)
+    try:
+        parsed: object = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    if entry is None and _takes_text(_field_hint(section, name, COMMAND_LINE)):
+        return key, parsed if isinstance(parsed, str) else value.strip()
+    return key, parsed
+
+
+def _takes_text(hint: object) -> bool:
+    args = [a for a in get_args(hint) if a is not type(None)]
+    if get_origin(hint) is types.UnionType and len(args) == 1:
+        return _takes_text(args[0])
+    if get_origin(hint) is Literal:
+        return all(isinstance(a, str) for a in args)
+    return hint in {str, Path}
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except FileNotFoundError:
+        msg = f"config file {path} does not exist"
+        raise ConfigError(msg) from None
+    except OSError as err:
+        msg = f"config file {path} cannot be read: {err.strerror}"
+        raise ConfigError(msg) from err
+    except tomllib.TOMLDecodeError as err:
+        msg = f"{path}: invalid TOML: {err}"
+        raise ConfigError(msg) from None
+
+
+def _split_key(key: str, source: str) -> tuple[str, str, str | None]:
+    """Split ``section.name[.entry]``; ``entry`` only for table settings such as rates."""
+    parts = key.split(".", 2)
+    if parts[0] not in GROUPS:
+        msg = f"{source}: unknown key {key}{_suggest(key, all_keys(), dotted=True)}"
+        raise ConfigError(msg)
+    if len(parts) == 1:
+        msg = f"{source}: {key} is a section; name a key in it, e.g. {key}.{_names(key)[0]}"
+        raise ConfigError(msg)
+    section, name = parts[0], parts[1]
+    entry = parts[2] if len(parts) == 3 else None  # noqa: PLR2004
+    hint = _field_hint(section, name, source)
+    if entry is not None and get_origin(hint) is not Mapping:
+        msg = f"{source}: unknown key {key}; {section}.{name} is not a table"
+        raise ConfigError(msg)
+    if entry is None and get_origin(hint) is Mapping:
+        msg = f"{source}: {key} is a table; set one entry, e.g. {key}.vehicle_attitude"
+        raise ConfigError(msg)
+    return section, name, entry
+
+
+def _names(section: str) -> list[str]:
+    return [f.name for f in dataclasses.fields(GROUPS[section])]
+
+
+def all_keys() -> list[str]:
+    """Every dotted key of :class:`Settings` (``link.connection``, ..., ``systemd.watchdog``)."""
+    return [f"{section}.{name}" for section in GROUPS for name in _names(section)]
+
+
+def _field_hint(section: str, name: str, source: str) -> object:
+    key = f"{section}.{name}"
+    if key in _INLINE_SECRETS:
+        msg = f"{source}: {key} is never accepted inline; {_INLINE_SECRETS[key]}"
+        raise ConfigError(msg)
+    hints = typing.get_type_hints(GROUPS[section])
+    if name not in hints:
+        suggestion = _suggest(name, _names(section), dotted=True, prefix=f"{section}.")
+        msg = f"{source}: unknown key {key}{suggestion}"
+        raise ConfigError(msg)
+    hint: object = hints[name]
+    return hint
+
+
+def _suggest(
+    word: str, candidates: Iterable[str], *, dotted: bool = False, prefix: str = ""
+) -> str:
+    close = difflib.get_close_matches(word, sorted(candidates), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {prefix}{close[0]}?)" if dotted else f" (did you mean [{close[0]}]?)"
+
+
+def _convert(key: str, value: object, source: str) -> object:
+    section, _, name = key.partition(".")
+    hint = _field_hint(section, name, source)
+    if get_origin(hint) is Mapping:
+        if not isinstance(value, dict):
+            msg = f"{source}: {key} must be a table of numbers, not {_describe(value)}"
+            raise ConfigError(msg)
+        return {str(k): _convert_entry(f"{key}.{k}", v, source) for k, v in value.items()}
+    return _coerce(key, value, hint, source)
+
+
+def _convert_entry(key: str, value: object, source: str) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    msg = f"{source}: {key} must be a number, not {_describe(value)}"
+    raise ConfigError(msg)
+
+
+def _coerce(key: str, value: object, hint: object, source: str) -> object:
+    """Check ``value`` against the type ``hint`` (TOML types; Path from str) and convert it."""
+    args = get_args(hint)
+    origin = get_origin(hint)
+    if origin is types.UnionType and type(None) in args:
+        if value is None:
+            return None
+        (hint,) = (a for a in args if a is not type(None))
+        return _coerce(key, value, hint, source)
+    expected: str
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        expected = "true or false"
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        expected = "an integer"
+    elif hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        expected = "a number"
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+        expected = "a string"
+    elif hint is Path:
+        if isinstance(value, str | Path) and str(value):
+            return Path(value)
+        expected = "a path (a non-empty string)"
+    elif origin is Literal:
+        if value in args and isinstance(value, str):
+            return value
+        choices = ", ".join(repr(a) for a in args)
+        msg = f"{source}: {key} must be one of {choices}, not {_describe(value)}"
+        raise ConfigError(msg)
+    elif origin is tuple:
+        if isinstance(value, list | tuple):
+            return tuple(_coerce(f"{key}[{i}]", v, args[0], source) for i, v in enumerate(value))
+        expected = "a list"
+    else:  # pragma: no cover (a Settings field of a type this loader does not know)
+        msg = f"no TOML conversion for {key} of type {hint!r}"
+        raise TypeError(msg)
+    msg = f"{source}: {key} must be {expected}, not {_describe(value)}"
+    raise ConfigError(msg)
+
+
+def _describe(value: object) -> str:
+    match value:
+        case bool():
+            return f"a boolean ({str(value).lower()})"
+        case int():
+            return f"an integer ({value})"
+        case float():
+            return f"a number ({value})"
+        case str():
+            return f"a string ({value!r})"
+        case list() | tuple():
+            return "a list"
+        case dict():
+            return "a table"
+        case _:
+            return f"a {type(value).__name__} ({value})"
