@@ -21,6 +21,10 @@ MAV_COMP_ID_LOG = 155
 """Our default component id (protocol.md: never 0)."""
 MAV_TYPE_ONBOARD_CONTROLLER = 18
 """Our heartbeat type: never GCS, which would mask the vehicle's data-link-loss failsafe."""
+MAV_AUTOPILOT_INVALID = 8
+"""HEARTBEAT ``autopilot`` of a component that is not a flight controller (ours)."""
+MAV_STATE_ACTIVE = 4
+"""HEARTBEAT ``system_status`` of a component that is up and working."""
 
 
 @enum.unique

@@ -1,0 +1,330 @@
+"""The simulator over real UDP sockets on 127.0.0.1, against a minimal receiver written here."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ulogstream.adapters.tcp_transport import TcpServerTransport, TcpTransport
+from ulogstream.adapters.udp_transport import UdpTransport
+from ulogstream.errors import ConfigError
+from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.sim.faults import FaultConfig
+from ulogstream.sim.runner import (
+    SimOptions,
+    add_sim_arguments,
+    parse_cut,
+    parse_rate,
+    parse_speed,
+    run_sim,
+    run_vehicle,
+    sim_options_from_args,
+)
+from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig, split_log
+from ulogstream.stream.packets import (
+    MAV_CMD_LOGGING_START,
+    MAV_CMD_LOGGING_STOP,
+    MAX_DATA_LENGTH,
+    CommandAck,
+    Heartbeat,
+    LoggingPacket,
+    MavResult,
+)
+from ulogstream.ulog.writer import ULogWriter
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ulogstream.adapters.transport import Transport
+
+RECEIVER_ID = (42, 155)
+# 300 kB/s: bursts of 79 frames per 100 ms, well inside a loopback socket's receive buffer.
+CONFIG = VehicleConfig(link_rate=300_000, speed=None, stop_accept_delay=0.0)
+
+
+def make_log(samples: int = 500) -> bytes:
+    writer = ULogWriter(timestamp_us=1)
+    writer.flag_bits()
+    writer.info("char", "sys_name", "PX4")
+    writer.format("sensor:uint64_t timestamp;float[20] values;")
+    for index in range(50):
+        writer.parameter(f"PARAM_{index}", index)
+    topic = writer.add_logged_message("sensor")
+    for sample in range(samples):
+        values = [float(sample + i) for i in range(20)]
+        writer.data(topic, struct.pack("<Q20f", 1000 + sample * 1000, *values))
+        if sample == samples // 2:
+            writer.add_logged_message("sensor", multi_id=1)
+    writer.info_multiple("char", "perf_counter_postflight", "logger: 1 event")
+    return writer.getvalue()
+
+
+LOG = make_log()
+_SPLIT = split_log(LOG)
+BEFORE_STOP = sum(len(m.data) for m in _SPLIT.messages[: _SPLIT.tail_start]) - MAX_DATA_LENGTH + 1
+"""Bytes surely sent before STOP: all but the post-flight tail and the unflushed partial packet."""
+
+
+@dataclass
+class MiniReceiver:
+    """The least a receiver must do: START, ack every acked copy, collect by sequence, STOP."""
+
+    transport: Transport
+    codec: MavlinkCodec = field(
+        default_factory=lambda: MavlinkCodec(system_id=RECEIVER_ID[0], component_id=RECEIVER_ID[1])
+    )
+    packets: dict[int, bytes] = field(default_factory=dict)
+    copies: int = 0
+    acks: list[CommandAck] = field(default_factory=list)
+    heartbeats: int = 0
+
+    def command(self, command: int) -> None:
+        self.transport.send(self.codec.encode_command_long(command, 0.0, 1, 1))
+
+    async def record(
+        self, *, start_now: bool = False, stop_after: int | None = None, idle: float = 0.3
+    ) -> bytes:
+        """Stream one log: START, take packets, STOP, wait for ACCEPTED.
+
+        STOP goes once ``stop_after`` bytes are in, or (without it) when the stream goes quiet;
+        it is resent whenever nothing arrives for ``idle`` seconds after that.
+        """
+        self.packets = {}
+        received = 0
+        started = start_now
+        stopping = False
+        if start_now:
+            self.command(MAV_CMD_LOGGING_START)
+        while True:
+            try:
+                data = await asyncio.wait_for(self.transport.receive(), timeout=idle)
+            except TimeoutError:
+                if started and (stopping or stop_after is None):
+                    stopping = True
+                    self.command(MAV_CMD_LOGGING_STOP)
+                continue
+            for message in self.codec.decode(data):
+                match message:
+                    case Heartbeat():
+                        self.heartbeats += 1
+                        if not started:
+                            started = True
+                            self.command(MAV_CMD_LOGGING_START)
+                    case LoggingPacket(sequence=sequence, data=payload, needs_ack=needs_ack):
+                        if needs_ack:
+                            self.transport.send(self.codec.encode_logging_ack(sequence, 1, 1))
+                        self.copies += 1
+                        if sequence not in self.packets:
+                            self.packets[sequence] = payload
+                            received += len(payload)
+                        if stop_after is not None and received >= stop_after and not stopping:
+                            stopping = True
+                            self.command(MAV_CMD_LOGGING_STOP)
+                    case CommandAck(command=command, result=result):
+                        self.acks.append(message)
+                        if stopping and command == MAV_CMD_LOGGING_STOP and result == 0:
+                            return b"".join(self.packets[s] for s in sorted(self.packets))
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_runner_streams_the_exact_file_over_udp(tmp_path: Path) -> None:
+    receiver = MiniReceiver(await UdpTransport.listen("127.0.0.1", 0))
+    port = receiver.transport.local_address[1]  # type: ignore[attr-defined]
+    report = tmp_path / "delivered.jsonl"
+    sim = asyncio.create_task(
+        run_vehicle(LOG, f"udpout:127.0.0.1:{port}", config=CONFIG, report_path=report)
+    )
+    try:
+        received = await receiver.record(stop_after=BEFORE_STOP)
+        summary = await asyncio.wait_for(sim, timeout=5)
+    finally:
+        await receiver.transport.aclose()
+    assert received == LOG
+    assert receiver.heartbeats >= 1  # the receiver only STARTs after the vehicle's heartbeat
+    assert summary.logs_started == summary.logs_stopped == 1
+    assert summary.transport_drops == 0
+    assert summary.delivered == receiver.copies == len(summary.deliveries)
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert len(lines) == summary.delivered
+    assert bytes.fromhex(lines[0]["data"]).startswith(b"ULog")
+    assert [line["seq"] for line in lines if not line["acked"]] == sorted(
+        line["seq"] for line in lines if not line["acked"]
+    )
+    results = [(a.command, a.result) for a in receiver.acks]
+    assert results == [
+        (MAV_CMD_LOGGING_START, MavResult.ACCEPTED),
+        (MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS),
+        (MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED),
+    ]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_delivery_report_is_exactly_what_a_receiver_can_recover() -> None:
+    faults = FaultConfig(
+        seed=11, loss=0.1, duplicate=0.05, reorder=0.05, corrupt=0.05, garbage=0.05, lost_acks=0.1
+    )
+    receiver = MiniReceiver(await UdpTransport.listen("127.0.0.1", 0))
+    port = receiver.transport.local_address[1]  # type: ignore[attr-defined]
+    sim = asyncio.create_task(
+        run_vehicle(LOG, f"udpout:127.0.0.1:{port}", config=CONFIG, faults=faults)
+    )
+    try:
+        await receiver.record()
+        summary = await asyncio.wait_for(sim, timeout=5)
+    finally:
+        await receiver.transport.aclose()
+    delivered = {d.sequence: d.data for d in summary.deliveries}
+    assert receiver.packets == delivered
+    assert receiver.copies == summary.delivered
+    stats = summary.stats
+    assert stats.link_losses
+    assert stats.duplicated
+    assert stats.corrupted
+    assert stats.garbage
+    assert receiver.codec.bad_frames >= stats.corrupted
+    assert len(delivered) < stats.packets_published
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_repeat_serves_the_log_again_on_an_open_transport() -> None:
+    vehicle_side = await UdpTransport.listen("127.0.0.1", 0)
+    port = vehicle_side.local_address[1]
+    stop = asyncio.Event()
+    sim = asyncio.create_task(
+        run_vehicle(LOG, vehicle_side, config=CONFIG, repeat=True, stop_event=stop)
+    )
+    receiver = MiniReceiver(await UdpTransport.connect("127.0.0.1", port))
+    try:
+        first = await receiver.record(start_now=True, stop_after=BEFORE_STOP)
+        second = await receiver.record(start_now=True, stop_after=BEFORE_STOP)
+        stop.set()
+        summary = await asyncio.wait_for(sim, timeout=5)
+    finally:
+        await receiver.transport.aclose()
+    assert first == second == LOG
+    assert summary.logs_started == summary.logs_stopped == 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_tcp_stream_at_usb_rate_with_noise_matches_the_report() -> None:
+    vehicle_side = await TcpServerTransport.listen("127.0.0.1", 0)
+    port = vehicle_side.local_address[1]
+    config = VehicleConfig(link_rate=USB_LINK_RATE, speed=None, stop_accept_delay=0.0)
+    faults = FaultConfig(seed=3, corrupt=0.05, garbage=0.2, loss=0.05)
+    sim = asyncio.create_task(run_vehicle(LOG, vehicle_side, config=config, faults=faults))
+    receiver = MiniReceiver(await TcpTransport.connect("127.0.0.1", port))
+    try:
+        await receiver.record(start_now=True)
+        summary = await asyncio.wait_for(sim, timeout=5)
+    finally:
+        await receiver.transport.aclose()
+    assert summary.transport_drops == 0
+    assert summary.stats.garbage > 0
+    assert receiver.packets == {d.sequence: d.data for d in summary.deliveries}
+    assert receiver.copies == summary.delivered
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_run_sim_rejects_a_bad_connection_string(tmp_path: Path) -> None:
+    path = tmp_path / "log.ulg"
+    path.write_bytes(LOG)
+    with pytest.raises(ConfigError, match="connection 'carrier-pigeon:1'"):
+        await run_sim(SimOptions(log=path, connection="carrier-pigeon:1"))
+
+
+def test_command_line_options() -> None:
+    parser = argparse.ArgumentParser()
+    add_sim_arguments(parser)
+    args = parser.parse_args(
+        [
+            "flight.ulg",
+            "udpout:127.0.0.1:14550",
+            "--loss=0.1",
+            "--duplicate=0.2",
+            "--reorder=0.3",
+            "--lost-acks=0.4",
+            "--corrupt=0.05",
+            "--garbage=0.01",
+            "--reboot-at=500",
+            "--cut-at=800:2.5",
+            "--sitl-gap=7",
+            "--seed=3",
+            "--rate=usb",
+            "--speed=max",
+            "--report=out.jsonl",
+            "--repeat",
+            "--stray-acks",
+            "--perf-tail",
+        ]
+    )
+    options = sim_options_from_args(args)
+    assert options.connection == "udpout:127.0.0.1:14550"
+    assert options.link_rate == USB_LINK_RATE
+    assert options.speed is None
+    assert options.repeat
+    assert options.report is not None
+    assert options.report.name == "out.jsonl"
+    assert options.faults == FaultConfig(
+        seed=3,
+        loss=0.1,
+        duplicate=0.2,
+        reorder=0.3,
+        lost_acks=0.4,
+        corrupt=0.05,
+        garbage=0.01,
+        reboot_at=500,
+        cut_at=800,
+        cut_seconds=2.5,
+        sitl_gap=7,
+    )
+    config = options.vehicle_config()
+    assert config.stray_acks
+    assert config.synthesize_perf
+    assert not config.backend_off
+    defaults = sim_options_from_args(parser.parse_args(["f.ulg", "udpin:0.0.0.0:14550"]))
+    assert defaults.link_rate == 100_000
+    assert defaults.speed == 1.0
+    assert defaults.faults == FaultConfig()
+    with pytest.raises(ConfigError, match="between 0 and 1"):
+        sim_options_from_args(parser.parse_args(["f.ulg", "udpin:0.0.0.0:1", "--loss=2"]))
+
+
+@pytest.mark.parametrize(
+    ("text", "rate"), [("unlimited", None), ("UDP", 100_000.0), ("250000", 250_000.0)]
+)
+def test_parse_rate(text: str, rate: float | None) -> None:
+    assert parse_rate(text) == rate
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "match"),
+    [
+        (parse_rate, "fast", "--rate 'fast'"),
+        (parse_rate, "-5", "--rate '-5'"),
+        (parse_speed, "0", "--speed '0'"),
+        (parse_speed, "warp", "--speed 'warp'"),
+        (parse_cut, "500", "--cut-at '500'"),
+        (parse_cut, "x:1", "--cut-at 'x:1'"),
+    ],
+)
+def test_bad_option_values(parse: object, text: str, match: str) -> None:
+    assert callable(parse)
+    with pytest.raises(ConfigError, match=match):
+        parse(text)
+
+
+def test_parse_speed_and_cut() -> None:
+    assert parse_speed("2.5") == 2.5
+    assert parse_speed("max") is None
+    assert parse_cut("120:0.5") == (120, 0.5)
