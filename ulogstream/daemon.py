@@ -1,0 +1,691 @@
+"""The composition root: wires link, session, file, parser and MQTT together and runs them.
+
+Everything that awaits lives here or in ``ulogstream.adapters``; the two cores (the logging
+session and the ULog parser) are called synchronously and their outputs carried out with
+``match``. The ack path is :meth:`Pipeline.receive`: decoded packets go to the session and
+every ``SendAck`` is sent before anything else of that chunk is done (file, parser, MQTT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TextIO
+
+from ulogstream.adapters.connection import load_signing_key, open_transport, parse_connection
+from ulogstream.adapters.file_sink import (
+    DiskFullError,
+    FinishedLog,
+    UlgFileSink,
+    recover_partial_files,
+)
+from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
+from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
+from ulogstream.config import MqttSettings, Settings, mqtt_password
+from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UlogstreamError
+from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
+from ulogstream.stream import (
+    FramingMismatch,
+    LogEnded,
+    LoggingSession,
+    LogStarted,
+    MavResult,
+    NotAtLogStart,
+    PacketsLost,
+    SendAck,
+    SendCommand,
+    SendHeartbeat,
+    SessionOutput,
+    StreamEnded,
+    StreamRejected,
+    WriteUlog,
+)
+from ulogstream.ulog.events import DataRows, ULogEvent
+from ulogstream.ulog.parser import ULogParser
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+    from pathlib import Path
+
+    from ulogstream.adapters.transport import Transport
+
+logger = logging.getLogger("ulogstream")
+
+RECONNECT_BACKOFF = (0.5, 1.0, 2.0, 5.0)
+"""Seconds between attempts to open a link that is not there (the last one repeats)."""
+
+REJECTED_RETRY_S = 30.0
+"""After the vehicle refused to stream, the daemon asks again this much later."""
+
+STATUS_INTERVAL_S = 0.5
+"""Refresh period of the terminal status line and the MQTT status counters."""
+
+LOSS_WARNING_INTERVAL_S = 5.0
+"""Least seconds between two packet-loss warnings in the log (the counters keep the rest)."""
+
+
+@dataclass(slots=True)
+class TopicStats:
+    """Samples of one topic instance seen in the current log."""
+
+    samples: int = 0
+    last_timestamp_us: int = 0
+
+
+@dataclass(slots=True)
+class RecorderStatus:
+    """What the status line, the MQTT status and the journal show."""
+
+    state: str = "starting"
+    link: str = ""
+    log_path: Path | None = None
+    log_bytes: int = 0
+    logs_finished: int = 0
+    bytes_total: int = 0
+    packets: int = 0
+    gaps: int = 0
+    packets_lost: int = 0
+    dropouts: int = 0
+    mismatches: int = 0
+    bad_frames: int = 0
+    link_reconnects: int = 0
+    parser_errors: int = 0
+    mqtt_connected: bool = False
+    mqtt_published: int = 0
+    mqtt_dropped: int = 0
+    mqtt_reconnects: int = 0
+    topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
+    finished: list[FinishedLog] = field(default_factory=list)
+    error: str | None = None
+
+
+class Publisher:
+    """Parser events through the pure publish policy into the bounded MQTT outbox."""
+
+    def __init__(self, policy: PublishPolicy, sink: MqttSink) -> None:
+        self.policy = policy
+        self.sink = sink
+
+    def events(self, events: list[ULogEvent], now: float) -> None:
+        """Offer what ``events`` cause; never waits (the outbox drops the oldest when full)."""
+        select, offer_all = self.policy.select, self.sink.offer_all
+        for event in events:
+            messages = select(event, now)
+            if messages:
+                offer_all(messages)
+
+    def offer(self, messages: list[MqttMessage]) -> None:
+        """Queue retained or status messages."""
+        self.sink.offer_all(messages)
+
+
+class Pipeline:
+    """One link's receive path: codec, session, file, parser and publisher, driven by the shell.
+
+    Args:
+        codec: Our MAVLink codec (our sysid/compid).
+        session: The logging session core.
+        transport: The open link.
+        sink: Where logs are written.
+        status: Counters shared with the status line.
+        publisher: The MQTT side, or None.
+        on_log_ended: Called with the finished log (``--once`` uses it).
+    """
+
+    def __init__(
+        self,
+        *,
+        codec: MavlinkCodec,
+        session: LoggingSession,
+        transport: Transport,
+        sink: UlgFileSink,
+        status: RecorderStatus,
+        publisher: Publisher | None = None,
+        on_log_ended: Callable[[LogEnded], None] | None = None,
+    ) -> None:
+        self.codec = codec
+        self.session = session
+        self.transport = transport
+        self.sink = sink
+        self.status = status
+        self.publisher = publisher
+        self._on_log_ended = on_log_ended
+        self._parser: ULogParser | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        self._last_loss_warning = -LOSS_WARNING_INTERVAL_S
+        self.rejected: StreamRejected | None = None
+        self.ended = asyncio.Event()
+        """Set when the session is over (after :meth:`stop`)."""
+        self.fatal: UlogstreamError | None = None
+        """An error that ends this pipeline (disk full); the daemon stops the stream."""
+
+    # -- the ack path --------------------------------------------------------------------
+
+    def receive(self, data: bytes, now: float) -> None:
+        """Handle one chunk from the link: acks go out first, then everything else."""
+        session_receive, send = self.session.receive, self.transport.send
+        encode_ack = self.codec.encode_logging_ack
+        later: list[SessionOutput] = []
+        for message in self.codec.decode(data):
+            for output in session_receive(message, now):
+                if type(output) is SendAck:
+                    send(encode_ack(output.sequence, output.target_system, output.target_component))
+                else:
+                    later.append(output)
+        if later:
+            self.execute(later, now)
+
+    # -- everything else -----------------------------------------------------------------
+
+    def start(self, now: float) -> None:
+        """Start the session (heartbeat, LOGGING_START once the autopilot is known)."""
+        self.execute(self.session.start(now), now)
+
+    def stop(self, now: float) -> None:
+        """Stop streaming with the handshake; :attr:`ended` is set when it is over."""
+        self.execute(self.session.stop(now), now)
+
+    def timer(self, now: float) -> None:
+        """Run what is due: session timers, file flush, held MQTT samples."""
+        deadline = self.session.next_deadline()
+        if deadline is not None and now >= deadline:
+            self.execute(self.session.handle_timer(now), now)
+        try:
+            if self.sink.is_open and self.sink.flush_due(now):
+                self._spawn(self.sink.sync())
+        except DiskFullError as err:
+            self._disk_full(err, now)
+        if self.publisher is not None:
+            held = self.publisher.policy.flush_due(now)
+            if held:
+                self.publisher.offer(held)
+
+    def next_deadline(self) -> float | None:
+        """The earliest time :meth:`timer` has something to do."""
+        deadlines = [self.session.next_deadline(), self.sink.next_flush_deadline()]
+        if self.publisher is not None:
+            deadlines.append(self.publisher.policy.next_deadline())
+        due = [d for d in deadlines if d is not None]
+        return min(due) if due else None
+
+    def execute(self, outputs: list[SessionOutput], now: float) -> None:
+        """Carry out session outputs in order."""
+        for output in outputs:
+            match output:
+                case SendAck(sequence, target_system, target_component):
+                    self.transport.send(
+                        self.codec.encode_logging_ack(sequence, target_system, target_component)
+                    )
+                case WriteUlog(data):
+                    self._write(data, now)
+                case SendCommand(command, target_system, target_component, param1):
+                    self.transport.send(
+                        self.codec.encode_command_long(
+                            command, param1, target_system, target_component
+                        )
+                    )
+                case SendHeartbeat():
+                    self.transport.send(self.codec.encode_heartbeat())
+                case LogStarted(timestamp_us):
+                    self._log_started(timestamp_us, now)
+                case LogEnded():
+                    self._log_ended(output, now)
+                case PacketsLost(sequence, count):
+                    if now - self._last_loss_warning >= LOSS_WARNING_INTERVAL_S:
+                        self._last_loss_warning = now
+                        counters = self.session.counters
+                        logger.warning(
+                            "lost %d logging packet(s) before #%d (%d gaps, %d packets so far)",
+                            count,
+                            sequence,
+                            counters.gaps,
+                            counters.packets_lost,
+                        )
+                case FramingMismatch():
+                    logger.warning("%s", output.error())
+                case NotAtLogStart():
+                    logger.warning("%s", output.error())
+                case StreamRejected(result, reason):
+                    self.rejected = output
+                    self.status.error = reason
+                    level = logging.ERROR if result == MavResult.DENIED else logging.WARNING
+                    logger.log(level, "%s", reason)
+                case StreamEnded():
+                    self.ended.set()
+
+    def _write(self, data: bytes, now: float) -> None:
+        if self.sink.is_open:
+            try:
+                self.sink.write(data)
+            except DiskFullError as err:
+                self._disk_full(err, now)
+        parser = self._parser
+        if parser is None:
+            return
+        try:
+            events = parser.receive_bytes(data)
+        except ULogFormatError as err:
+            # Keep recording: the file is the truth; only live decoding stops for this log.
+            self._parser = None
+            self.status.parser_errors += 1
+            logger.error("live decoding stopped for this log: %s (recording goes on)", err)  # noqa: TRY400 (one line, no traceback: the input is bad, not the code)
+            return
+        self._count(events)
+        if self.publisher is not None:
+            self.publisher.events(events, now)
+
+    def _count(self, events: list[ULogEvent]) -> None:
+        topics = self.status.topics
+        for event in events:
+            if type(event) is DataRows:
+                sub = event.subscription
+                key = (sub.name, sub.multi_id)
+                stats = topics.get(key)
+                if stats is None:
+                    stats = topics[key] = TopicStats()
+                stats.samples += len(event.rows)
+                if len(event.timestamps_us):
+                    stats.last_timestamp_us = int(event.timestamps_us[-1])
+
+    def _log_started(self, timestamp_us: int, now: float) -> None:
+        self.status.topics.clear()
+        self._parser = ULogParser()
+        path: Path | None = None
+        try:
+            started = self.sink.start_log()
+        except DiskFullError as err:
+            self._disk_full(err, now)
+        else:
+            path = started.path
+            for deleted in started.deleted:
+                logger.info("rotation deleted %s", deleted)
+            logger.info("recording %s", started.path)
+        self.status.log_path = path
+        self.status.state = "streaming"
+        if self.publisher is not None:
+            self.publisher.offer(
+                self.publisher.policy.log_started(
+                    wall_time=time.time(),
+                    now=now,
+                    log_file=None if path is None else str(path),
+                    first_timestamp_us=timestamp_us or None,
+                )
+            )
+
+    def _log_ended(self, ended: LogEnded, now: float) -> None:
+        if self._parser is not None:
+            events = self._parser.close()
+            self._parser = None
+            self._count(events)
+            if self.publisher is not None:
+                self.publisher.events(events, now)
+        if self.sink.is_open:
+            how = "complete" if ended.complete else "incomplete: the stream stopped unannounced"
+            self._spawn(self._finish_file(f"{how}; {ended.reason}"))
+        self.status.state = "idle"
+        self.status.log_path = None
+        if self._on_log_ended is not None:
+            self._on_log_ended(ended)
+
+    async def _finish_file(self, how: str) -> None:
+        finished = await self.sink.aclose()
+        self.status.finished.append(finished)
+        self.status.logs_finished += 1
+        logger.info("log finished: %s (%d bytes, %s)", finished.path, finished.size, how)
+
+    def _disk_full(self, err: DiskFullError, now: float) -> None:
+        logger.error("%s", err)
+        self.status.error = str(err)
+        self.fatal = err
+        if self.sink.is_open:
+            self._spawn(self._finish_file("stopped: disk full"))
+        self.stop(now)
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def drain(self) -> None:
+        """Wait until files being finalised (fsync + rename) are done."""
+        while self._closing:
+            await asyncio.gather(*list(self._closing))
+
+    def end_log_now(self) -> None:
+        """The link is gone: finish the open file as incomplete (the session is dropped)."""
+        if self._parser is not None:
+            self._count(self._parser.close())
+            self._parser = None
+        if self.sink.is_open:
+            self._spawn(self._finish_file("incomplete: the link was lost"))
+        self.status.state = "link lost"
+        self.status.log_path = None
+
+    def refresh_status(self) -> None:
+        """Copy the counters of the session, codec, sink and MQTT into :attr:`status`."""
+        counters = self.session.counters
+        status = self.status
+        status.packets = counters.packets
+        status.gaps = counters.gaps
+        status.packets_lost = counters.packets_lost
+        status.dropouts = counters.dropouts
+        status.mismatches = counters.mismatches
+        status.bytes_total = counters.bytes_written
+        status.log_bytes = self.sink.bytes_written + self.sink.bytes_buffered
+        status.bad_frames = self.codec.bad_frames
+        if self.publisher is not None:
+            sink = self.publisher.sink
+            status.mqtt_connected = sink.connected
+            status.mqtt_published = sink.published
+            status.mqtt_dropped = sink.dropped
+            status.mqtt_reconnects = sink.reconnects
+
+
+class _PipelineDone(Exception):  # noqa: N818 (control flow, not an error)
+    """Raised inside a pipeline's task group to end it (the session is over)."""
+
+
+def publish_settings(mqtt: MqttSettings) -> PublishSettings:
+    """The publish policy's settings from the ``[mqtt]`` configuration."""
+    return PublishSettings(
+        vehicle_id=mqtt.effective_vehicle_id(),
+        root=mqtt.root,
+        rate_hz=mqtt.default_rate_hz,
+        topic_rates=dict(mqtt.rates),
+        include=mqtt.include or ("*",),
+        exclude=mqtt.exclude,
+        encode_json="json" in mqtt.encodings,
+        encode_msgpack="msgpack" in mqtt.encodings,
+        encode_raw="ulog" in mqtt.encodings,
+        qos=mqtt.qos,
+    )
+
+
+def sink_settings(mqtt: MqttSettings) -> MqttSinkSettings:
+    """The MQTT sink's settings from the ``[mqtt]`` configuration (URL must be set)."""
+    if mqtt.url is None:
+        msg = "mqtt.url is not set"
+        raise ConfigError(msg)
+    return MqttSinkSettings(
+        url=mqtt.url,
+        protocol=5 if mqtt.protocol == "5" else 4,
+        ca_file=mqtt.tls_ca_file,
+        cert_file=mqtt.tls_cert_file,
+        key_file=mqtt.tls_key_file,
+        username=mqtt.username,
+        password_file=mqtt.password_file,
+        password_env=mqtt.password_env,
+        max_outbox=mqtt.outbox_size,
+    )
+
+
+def build_publisher(mqtt: MqttSettings) -> Publisher | None:
+    """The MQTT side, or None when no broker is configured.
+
+    Raises:
+        ConfigError: A setting cannot be used (bad URL, missing password file, ...).
+    """
+    if mqtt.url is None:
+        return None
+    mqtt_password(mqtt)  # fails now, with the key named, rather than at the first connect
+    policy = PublishPolicy(publish_settings(mqtt))
+    return Publisher(policy, MqttSink(sink_settings(mqtt), will=policy.last_will()))
+
+
+class Recorder:
+    """Records every log streamed on one link, publishing live, until stopped.
+
+    Args:
+        settings: Everything configurable.
+        once: Return after the first log ends (``record --once``).
+        status_stream: Where a live status line is drawn (a terminal), or None.
+        notifier: systemd notifications (READY, STATUS, WATCHDOG); a no-op outside systemd.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        once: bool = False,
+        status_stream: TextIO | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.settings = settings
+        self.once = once
+        self.status = RecorderStatus(link=settings.link.connection)
+        self._status_stream = status_stream
+        self._notifier = notifier or Notifier({})
+        self._stop_requested = asyncio.Event()
+        self._once_done = False
+        self.exit_code = 0
+        self.pipeline: Pipeline | None = None
+        self.publisher = build_publisher(settings.mqtt)
+        self._spec = parse_connection(settings.link.connection)
+        key_file = settings.link.signing_key_file
+        self._signing_key = None if key_file is None else load_signing_key(key_file)
+        self.sink = UlgFileSink.from_settings(settings.recording)
+
+    def request_stop(self) -> None:
+        """Stop streaming with the handshake, finish the file and return from :meth:`run`."""
+        self._stop_requested.set()
+
+    async def run(self) -> int:
+        """Run until stopped; the exit code is 0 unless the stream could not be recorded."""
+        out_dir = self.settings.recording.out_dir
+        for recovered in await asyncio.to_thread(recover_partial_files, out_dir):
+            logger.warning("%s", recovered.message)
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, self.request_stop)
+        side_tasks = [asyncio.create_task(self._status_loop())]
+        if self.publisher is not None:
+            side_tasks.append(asyncio.create_task(self.publisher.sink.run()))
+        self._notifier.ready(f"recording from {self._spec_text()}")
+        try:
+            await self._link_loop()
+        finally:
+            self._notifier.stopping()
+            if self.publisher is not None:
+                self.publisher.offer([self.publisher.policy.offline_status(time.monotonic())])
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
+            for task in side_tasks:
+                task.cancel()
+            await asyncio.gather(*side_tasks, return_exceptions=True)
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(signum)
+            self._draw_status(final=True)
+        return self.exit_code
+
+    def _spec_text(self) -> str:
+        return self.settings.link.connection
+
+    async def _link_loop(self) -> None:
+        attempt = 0
+        last_error = ""
+        while not self._stop_requested.is_set():
+            self.status.state = "waiting for link"
+            try:
+                transport = await open_transport(self._spec)
+            except LinkError as err:
+                if str(err) != last_error:
+                    logger.warning("%s; retrying", err)
+                    last_error = str(err)
+                delay = RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)]
+                attempt += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_requested.wait(), delay)
+                continue
+            if attempt or last_error:
+                self.status.link_reconnects += 1
+                logger.info("link %s is back", transport.describe())
+            attempt, last_error = 0, ""
+            try:
+                done = await self._run_session(transport)
+            finally:
+                await transport.aclose()
+            if done:
+                return
+
+    async def _run_session(self, transport: Transport) -> bool:
+        """Stream on an open link; True when the recorder is done, False to reconnect."""
+        link = self.settings.link
+        codec = MavlinkCodec(
+            system_id=link.sysid, component_id=link.compid, signing_key=self._signing_key
+        )
+        session = LoggingSession(
+            system_id=link.sysid,
+            component_id=link.compid,
+            target_system=link.target_sysid,
+            data_timeout=self.settings.recording.idle_timeout_s,
+        )
+        pipeline = Pipeline(
+            codec=codec,
+            session=session,
+            transport=transport,
+            sink=self.sink,
+            status=self.status,
+            publisher=self.publisher,
+            on_log_ended=self._log_ended,
+        )
+        self.pipeline = pipeline
+        self.status.state = "waiting for autopilot"
+        logger.info("listening on %s", transport.describe())
+        pipeline.start(time.monotonic())
+        done = False
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._receive_loop(pipeline))
+                group.create_task(self._timer_loop(pipeline))
+        except* _PipelineDone:
+            done = self._stop_requested.is_set() or pipeline.fatal is not None
+        except* LinkError as errors:
+            logger.warning("%s", errors.exceptions[0])
+            pipeline.end_log_now()
+            done = self._stop_requested.is_set()
+        await pipeline.drain()
+        if pipeline.fatal is not None or (pipeline.rejected is not None and self.once):
+            self.exit_code = 1
+            return True
+        return done
+
+    async def _receive_loop(self, pipeline: Pipeline) -> None:
+        receive, transport = pipeline.receive, pipeline.transport
+        monotonic = time.monotonic
+        while True:
+            data = await transport.receive()
+            if not data:
+                msg = f"link {transport.describe()} was closed"
+                raise LinkError(msg)
+            receive(data, monotonic())
+
+    async def _timer_loop(self, pipeline: Pipeline) -> None:
+        stopping = False
+        rejected_at: float | None = None
+        while True:
+            now = time.monotonic()
+            if pipeline.ended.is_set():
+                raise _PipelineDone
+            if not stopping and (self._stop_requested.is_set() or pipeline.fatal is not None):
+                stopping = True
+                self.status.state = "stopping"
+                pipeline.stop(now)
+                continue
+            if pipeline.rejected is not None and not stopping:
+                if self.once:
+                    self._stop_requested.set()
+                    continue
+                if rejected_at is None:
+                    rejected_at = now
+                    logger.warning("asking again in %.0f s", REJECTED_RETRY_S)
+                elif now - rejected_at >= REJECTED_RETRY_S:
+                    raise _PipelineDone
+            pipeline.timer(now)
+            deadline = pipeline.next_deadline()
+            delay = 0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_requested.wait(), delay)
+            if self._stop_requested.is_set() and stopping:
+                await asyncio.sleep(delay)
+
+    def _log_ended(self, _ended: LogEnded) -> None:
+        if self.once:
+            self._once_done = True
+            self._stop_requested.set()
+
+    async def _status_loop(self) -> None:
+        watchdog = watchdog_interval()
+        next_watchdog = 0.0
+        next_notify = 0.0
+        started = time.monotonic()
+        last_bytes, last_time = 0, started
+        while True:
+            now = time.monotonic()
+            pipeline = self.pipeline
+            if pipeline is not None:
+                pipeline.refresh_status()
+                if self.publisher is not None:
+                    self.publisher.offer(
+                        self.publisher.policy.update_status(
+                            now, state=self.status.state, fields=self._status_fields()
+                        )
+                    )
+            elapsed = now - last_time
+            if elapsed >= 1.0:
+                self.status_rate = (self.status.bytes_total - last_bytes) / elapsed
+                last_bytes, last_time = self.status.bytes_total, now
+            self._draw_status()
+            if watchdog is not None and now >= next_watchdog:
+                self._notifier.watchdog()
+                next_watchdog = now + watchdog
+            if now >= next_notify:
+                self._notifier.status(self.status_text())
+                next_notify = now + 5.0
+            await asyncio.sleep(STATUS_INTERVAL_S)
+
+    status_rate = 0.0
+    """Bytes per second recorded over the last second."""
+
+    def _status_fields(self) -> dict[str, str | int | float | bool | None]:
+        status = self.status
+        return {
+            "log_file": None if status.log_path is None else str(status.log_path),
+            "log_bytes": status.log_bytes,
+            "logs": status.logs_finished,
+            "packets": status.packets,
+            "gaps": status.gaps,
+            "packets_lost": status.packets_lost,
+            "dropouts": status.dropouts,
+            "bad_frames": status.bad_frames,
+            "link_reconnects": status.link_reconnects,
+            "mqtt_dropped": status.mqtt_dropped,
+            "error": status.error,
+        }
+
+    def status_text(self) -> str:
+        """One line: state, file, bytes, rate, packets, gaps, dropouts (and MQTT)."""
+        status = self.status
+        name = "-" if status.log_path is None else status.log_path.name
+        text = (
+            f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
+            f"{self.status_rate / 1e3:.0f} KB/s, {status.packets} packets, "
+            f"{status.gaps} gaps ({status.packets_lost} lost), {status.dropouts} dropouts"
+        )
+        if self.publisher is not None:
+            link = "up" if status.mqtt_connected else "down"
+            text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
+        return text
+
+    def _draw_status(self, *, final: bool = False) -> None:
+        stream = self._status_stream
+        if stream is None:
+            return
+        stream.write("\r\x1b[K" + ("" if final else self.status_text()))
+        stream.flush()
