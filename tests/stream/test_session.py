@@ -1,0 +1,597 @@
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TypeVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from packetize import make_ulog, packetize, written
+
+from ulogstream.errors import StreamProtocolError
+from ulogstream.stream.packets import (
+    MAV_CMD_LOGGING_START,
+    MAV_CMD_LOGGING_STOP,
+    CommandAck,
+    CommandLong,
+    Heartbeat,
+    LoggingAck,
+    LoggingPacket,
+    MavResult,
+)
+from ulogstream.stream.reassembler import (
+    LogEnded,
+    LogEndReason,
+    LogStarted,
+    PacketsLost,
+    SendAck,
+    WriteUlog,
+)
+from ulogstream.stream.session import (
+    DEFAULT_SYSTEM_ID,
+    LoggingSession,
+    NotAtLogStart,
+    SendCommand,
+    SendHeartbeat,
+    SessionOutput,
+    SessionState,
+    StreamEnded,
+    StreamRejected,
+)
+
+T = TypeVar("T")
+ULOG = make_ulog(1500)
+PACKETS = packetize(ULOG)
+assert len(PACKETS) > 200
+ME = (DEFAULT_SYSTEM_ID, 155)
+START = SendCommand(MAV_CMD_LOGGING_START, 1, 1)
+STOP = SendCommand(MAV_CMD_LOGGING_STOP, 1, 1)
+
+
+def ack(
+    command: int,
+    result: int,
+    *,
+    target: tuple[int, int] = ME,
+    source: tuple[int, int] = (1, 1),
+) -> CommandAck:
+    return CommandAck(command, result, source[0], source[1], target[0], target[1])
+
+
+def state(session: LoggingSession) -> SessionState:
+    """The session's state, read afresh (mypy would keep a narrowed property)."""
+    return session.state
+
+
+def autopilot(session: LoggingSession) -> int | None:
+    return session.autopilot_system
+
+
+def heartbeat(system_id: int = 1, component_id: int = 1) -> Heartbeat:
+    return Heartbeat(system_id, component_id, mav_type=2, autopilot=12)
+
+
+def of_type(outputs: list[SessionOutput], kind: type[T]) -> list[T]:
+    return [o for o in outputs if isinstance(o, kind)]
+
+
+def streaming_session(now: float = 0.0, **settings: float) -> LoggingSession:
+    """A session whose START was accepted at ``now``."""
+    session = LoggingSession(target_system=1, **settings)  # type: ignore[arg-type]
+    session.start(now)
+    session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), now)
+    assert state(session) is SessionState.STREAMING
+    return session
+
+
+def feed(
+    session: LoggingSession,
+    packets: list[LoggingPacket],
+    *,
+    start: float,
+    step: float = 0.001,
+) -> list[SessionOutput]:
+    out: list[SessionOutput] = []
+    for number, packet in enumerate(packets):
+        out += session.receive(packet, start + number * step)
+    return out
+
+
+def run_timers(session: LoggingSession, until: float) -> list[SessionOutput]:
+    """Call handle_timer at every deadline up to ``until``, as the shell does."""
+    out: list[SessionOutput] = []
+    while (deadline := session.next_deadline()) is not None and deadline <= until:
+        out += session.handle_timer(deadline)
+    return out
+
+
+# --- start ---------------------------------------------------------------------------------
+
+
+def test_start_sends_heartbeat_and_start_and_retries_every_second() -> None:
+    session = LoggingSession(target_system=1)
+    assert session.start(10.0) == [SendHeartbeat(), START]
+    assert state(session) is SessionState.STARTING
+    assert session.next_deadline() == 11.0
+    assert session.handle_timer(10.5) == []
+    assert session.handle_timer(11.0) == [SendHeartbeat(), replace(START, confirmation=1)]
+    assert session.handle_timer(12.0) == [SendHeartbeat(), replace(START, confirmation=2)]
+
+
+def test_heartbeat_is_an_onboard_controller_never_a_gcs() -> None:
+    beat = SendHeartbeat()
+    assert (beat.mav_type, beat.autopilot, beat.system_status) == (18, 8, 4)
+
+
+def test_autopilot_is_the_first_heartbeat_from_component_one() -> None:
+    session = LoggingSession()
+    assert session.start(0.0) == [SendHeartbeat()]
+    assert state(session) is SessionState.WAITING_FOR_AUTOPILOT
+    assert autopilot(session) is None
+    assert session.receive(heartbeat(255, 190), 0.1) == []  # a GCS
+    assert session.receive(heartbeat(7, 1), 0.2) == [SendCommand(MAV_CMD_LOGGING_START, 7, 1)]
+    assert autopilot(session) == 7
+    assert session.receive(heartbeat(8, 1), 0.3) == []  # the first one stays chosen
+    assert state(session) is SessionState.STARTING
+
+
+def test_only_acks_from_the_autopilot_addressed_to_us_count() -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    accepted = MavResult.ACCEPTED
+    ignored = [
+        ack(MAV_CMD_LOGGING_START, accepted, target=(255, 190)),  # to a GCS
+        ack(MAV_CMD_LOGGING_START, accepted, target=(DEFAULT_SYSTEM_ID, 0)),
+        ack(MAV_CMD_LOGGING_START, accepted, source=(2, 1)),  # another vehicle
+        ack(MAV_CMD_LOGGING_START, accepted, source=(1, 100)),  # a camera
+        ack(176, accepted),  # some other command
+    ]
+    for message in ignored:
+        assert session.receive(message, 0.1) == []
+        assert state(session) is SessionState.STARTING
+    assert session.receive(ack(MAV_CMD_LOGGING_START, accepted), 0.2) == []
+    assert state(session) is SessionState.STREAMING
+    assert of_type(session.handle_timer(1.5), SendCommand) == []  # no more retries
+
+
+def test_start_in_progress_postpones_the_retry() -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    session.receive(ack(MAV_CMD_LOGGING_START, MavResult.IN_PROGRESS), 0.8)
+    assert session.next_deadline() == 1.0  # the heartbeat
+    assert session.handle_timer(1.0) == [SendHeartbeat()]
+    assert session.handle_timer(1.8) == [replace(START, confirmation=1)]
+
+
+def test_temporarily_rejected_stops_then_starts_once_more() -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    rejected = ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED)
+    assert session.receive(rejected, 0.1) == [STOP]
+    assert state(session) is SessionState.RESTARTING
+    assert session.handle_timer(1.1) == [SendHeartbeat(), replace(STOP, confirmation=1)]
+    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS), 1.2) == []
+    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 1.3) == [START]
+    assert state(session) is SessionState.STARTING
+    assert session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), 1.4) == []
+    assert state(session) is SessionState.STREAMING
+
+
+def test_rejected_again_reports_backend_off_or_another_owner_and_stops_trying() -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    rejected = ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED)
+    session.receive(rejected, 0.1)
+    session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 0.2)
+    outputs = session.receive(rejected, 0.3)
+    assert len(outputs) == 1
+    assert isinstance(outputs[0], StreamRejected)
+    assert outputs[0].result == MavResult.TEMPORARILY_REJECTED
+    assert "backend is off" in outputs[0].reason
+    assert "another client owns the stream" in outputs[0].reason
+    assert state(session) is SessionState.REJECTED
+    assert of_type(run_timers(session, 30.0), SendCommand) == []
+
+
+def test_denied_says_the_link_is_too_slow_and_never_retries() -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    outputs = session.receive(ack(MAV_CMD_LOGGING_START, MavResult.DENIED), 0.1)
+    assert outputs == [StreamRejected(MavResult.DENIED, outputs[0].reason)]  # type: ignore[union-attr]
+    assert "too slow" in outputs[0].reason  # type: ignore[union-attr]
+    later = run_timers(session, 60.0)
+    assert of_type(later, SendCommand) == []
+    assert len(of_type(later, SendHeartbeat)) == 60  # still alive, 1 Hz
+    assert session.stop(61.0) == [StreamEnded()]
+    assert session.next_deadline() is None
+
+
+@pytest.mark.parametrize(
+    ("result", "name"),
+    [(MavResult.UNSUPPORTED, "UNSUPPORTED"), (MavResult.FAILED, "FAILED"), (99, "MAV_RESULT 99")],
+)
+def test_other_start_results_are_reported_by_name(result: int, name: str) -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    outputs = session.receive(ack(MAV_CMD_LOGGING_START, result), 0.1)
+    assert outputs == [StreamRejected(result, f"LOGGING_START failed: {name}")]
+
+
+def test_packet_zero_before_the_start_ack_opens_the_log() -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    outputs = session.receive(PACKETS[0], 0.01)
+    assert outputs[:2] == [SendAck(0, 1, 1), LogStarted(123)]
+    assert state(session) is SessionState.STREAMING
+    assert session.log_open
+    # The late answers (to the first START and to a retry) change nothing.
+    assert session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), 0.02) == []
+    late = ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED)
+    assert session.receive(late, 0.03) == []
+    assert state(session) is SessionState.STREAMING
+    outputs += feed(session, PACKETS[1:], start=0.04)
+    assert written(outputs) == ULOG
+    assert of_type(session.handle_timer(1.0), SendCommand) == []
+
+
+# --- packets ----------------------------------------------------------------------------------
+
+
+def test_lossless_stream_through_the_session_is_byte_identical() -> None:
+    session = streaming_session()
+    outputs = feed(session, PACKETS, start=0.1)
+    assert written(outputs) == ULOG
+    counters = session.counters
+    assert counters.packets == len(PACKETS)
+    assert counters.bytes_written == len(ULOG)
+    assert counters.acked == sum(p.needs_ack for p in PACKETS)
+
+
+def test_every_acked_copy_is_acked_before_any_other_output() -> None:
+    session = streaming_session()
+    second = packetize(make_ulog(100, seed=9, timestamp_us=999))
+    stream = [*PACKETS[:12], PACKETS[11], PACKETS[14], PACKETS[13], *PACKETS[15:40], *second]
+    stream = [replace(p, needs_ack=True) for p in stream]
+    for number, packet in enumerate(stream):
+        outputs = session.receive(packet, 0.1 + number * 0.001)
+        assert outputs[0] == SendAck(packet.sequence, 1, 1)
+        assert of_type(outputs, SendAck) == [outputs[0]]
+    assert session.counters.duplicates == 1
+    assert session.counters.stale == 1
+
+
+@pytest.mark.parametrize(
+    "packet",
+    [
+        replace(PACKETS[0], system_id=2),
+        replace(PACKETS[0], component_id=100),
+        replace(PACKETS[0], target_system=255),
+        replace(PACKETS[0], target_component=190),
+    ],
+    ids=["other-vehicle", "other-component", "other-system", "other-client"],
+)
+def test_packets_not_from_the_autopilot_to_us_get_nothing_not_even_an_ack(
+    packet: LoggingPacket,
+) -> None:
+    session = streaming_session()
+    assert session.receive(packet, 0.1) == []
+    assert session.counters.filtered == 1
+    assert not session.log_open
+
+
+def test_packets_addressed_to_broadcast_are_accepted() -> None:
+    session = streaming_session()
+    packet = replace(PACKETS[0], target_system=0, target_component=0)
+    assert session.receive(packet, 0.1)[:2] == [SendAck(0, 1, 1), LogStarted(123)]
+
+
+def test_losses_are_reported_through_the_session() -> None:
+    session = streaming_session()
+    outputs = feed(session, [p for p in PACKETS if p.sequence not in {20, 21}], start=0.1)
+    assert of_type(outputs, PacketsLost) == [PacketsLost(22, 2)]
+    assert session.counters.packets_lost == 2
+    assert session.counters.dropouts == 1
+
+
+def test_other_messages_are_ignored() -> None:
+    session = streaming_session()
+    assert session.receive(CommandLong(2510, 0.0, 255, 190, 1, 1), 0.1) == []
+    assert session.receive(LoggingAck(3, 255, 190, 1, 1), 0.1) == []
+    assert session.receive(heartbeat(), 0.1) == []
+
+
+def test_new_log_mid_session_ends_the_current_log_and_opens_a_new_one() -> None:
+    session = streaming_session()
+    second_ulog = make_ulog(100, seed=4, timestamp_us=777)
+    outputs = feed(session, [*PACKETS[:50], *packetize(second_ulog)], start=0.1)
+    ended = outputs.index(LogEnded(LogEndReason.NEW_LOG, complete=False))
+    assert outputs[ended + 1] == LogStarted(777)
+    assert written(outputs[ended:]) == second_ulog
+    assert state(session) is SessionState.STREAMING
+
+
+def test_data_not_at_a_log_start_restarts_the_stream_after_the_grace_time() -> None:
+    session = streaming_session(0.0)
+    assert session.receive(PACKETS[30], 0.5) == []  # an old stream's leftover: quiet
+    outputs = session.receive(PACKETS[31], 1.5)
+    assert outputs == [NotAtLogStart(31), STOP]
+    error = outputs[0].error()  # type: ignore[union-attr]
+    assert isinstance(error, StreamProtocolError)
+    assert error.sequence == 31
+    assert "without a ULog header" in str(error)
+    assert state(session) is SessionState.RESTARTING
+    assert session.receive(PACKETS[32], 1.6) == []  # reported once
+    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 1.7) == [START]
+    assert session.counters.bytes_written == 0
+
+
+# --- stop -------------------------------------------------------------------------------------
+
+
+def test_stop_handshake_keeps_acking_and_writing_until_accepted() -> None:
+    session = streaming_session()
+    outputs = feed(session, PACKETS[:100], start=0.1)
+    assert session.stop(1.0) == [STOP]
+    assert state(session) is SessionState.STOPPING
+    outputs += feed(session, PACKETS[100:150], start=1.01)
+    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS), 1.1) == []
+    # PX4 sends post-flight perf as ACKED packets between IN_PROGRESS and ACCEPTED.
+    for number, packet in enumerate(PACKETS[150:]):
+        got = session.receive(replace(packet, needs_ack=True), 1.11 + number * 0.0001)
+        assert got[0] == SendAck(packet.sequence, 1, 1)
+        outputs += got
+    assert of_type(session.handle_timer(2.5), SendCommand) == []  # heard: no STOP retries
+    final = session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 2.6)
+    assert final == [LogEnded(LogEndReason.STOPPED, complete=True), StreamEnded()]
+    assert written(outputs) == ULOG
+    assert state(session) is SessionState.ENDED
+    assert session.next_deadline() is None
+    assert session.handle_timer(10.0) == []
+    assert session.stop(10.0) == []
+
+
+def test_acks_continue_after_the_stream_ended() -> None:
+    session = streaming_session()
+    feed(session, PACKETS[:5], start=0.1)
+    session.stop(1.0)
+    session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 1.1)
+    late = replace(PACKETS[5], needs_ack=True)
+    assert session.receive(late, 1.2) == [SendAck(5, 1, 1)]
+    assert session.receive(late, 1.3) == [SendAck(5, 1, 1)]
+    assert session.receive(PACKETS[6], 1.4) == []
+
+
+def test_unanswered_stop_is_resent_then_given_up_after_the_stop_timeout() -> None:
+    session = streaming_session(stop_timeout=3.0)
+    feed(session, PACKETS[:50], start=0.1)
+    session.stop(1.0)
+    outputs = run_timers(session, 10.0)
+    assert of_type(outputs, SendCommand) == [
+        replace(STOP, confirmation=1),
+        replace(STOP, confirmation=2),
+        replace(STOP, confirmation=3),
+    ]
+    assert outputs[-2:] == [LogEnded(LogEndReason.STOP_TIMEOUT, complete=False), StreamEnded()]
+
+
+def test_stop_answered_with_an_error_ends_the_log_as_incomplete() -> None:
+    session = streaming_session()
+    feed(session, PACKETS[:50], start=0.1)
+    session.stop(1.0)
+    final = session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.FAILED), 1.1)
+    assert final == [LogEnded(LogEndReason.STOPPED, complete=False), StreamEnded()]
+
+
+def test_stop_before_any_autopilot_ends_at_once() -> None:
+    session = LoggingSession()
+    session.start(0.0)
+    assert session.stop(0.5) == [StreamEnded()]
+    assert state(session) is SessionState.ENDED
+
+
+def test_stop_while_starting_sends_stop() -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    assert session.stop(0.5) == [STOP]
+    assert session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), 0.6) == []
+    assert session.receive(PACKETS[0], 0.7) == [SendAck(0, 1, 1)]  # no new log while stopping
+    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 0.8) == [StreamEnded()]
+
+
+# --- liveness and restarts ----------------------------------------------------------------
+
+
+def test_no_data_ends_the_log_and_heartbeat_restarts_with_a_new_file() -> None:
+    session = streaming_session(data_timeout=3.0)
+    feed(session, PACKETS[:100], start=0.1)
+    last = 0.1 + 99 * 0.001
+    assert session.next_deadline() == pytest.approx(min(last + 3.0, 1.0))
+    outputs = run_timers(session, last + 2.9)
+    assert of_type(outputs, LogEnded) == []
+    outputs = run_timers(session, last + 3.0)
+    assert of_type(outputs, LogEnded) == [LogEnded(LogEndReason.DATA_TIMEOUT, complete=False)]
+    assert state(session) is SessionState.LINK_LOST
+    # PX4 has no liveness logic: its data may come back; ack it, write nothing.
+    late = replace(PACKETS[100], needs_ack=True)
+    assert session.receive(late, 5.0) == [SendAck(100, 1, 1)]
+    assert session.receive(heartbeat(2, 1), 5.1) == []  # not our autopilot
+    assert session.receive(heartbeat(), 5.2) == [STOP]
+    assert state(session) is SessionState.RESTARTING
+    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 5.3) == [START]
+    assert session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), 5.4) == []
+    outputs = feed(session, PACKETS, start=5.5)
+    assert outputs[1] == LogStarted(123)
+    assert written(outputs) == ULOG
+    assert session.counters.logs == 2
+
+
+def test_start_accepted_but_no_data_times_out_without_a_log_end() -> None:
+    session = streaming_session(data_timeout=2.0)
+    outputs = run_timers(session, 2.0)
+    assert of_type(outputs, LogEnded) == []
+    assert state(session) is SessionState.LINK_LOST
+
+
+def test_another_clients_stop_ends_our_log_and_restarts_streaming() -> None:
+    session = streaming_session()
+    feed(session, PACKETS[:50], start=0.1)
+    foreign = ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED, target=(255, 190))
+    outputs = session.receive(foreign, 1.0)
+    assert outputs == [LogEnded(LogEndReason.STOPPED_BY_OTHER_CLIENT, complete=True), START]
+    assert state(session) is SessionState.STARTING
+    in_progress = ack(MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS, target=(255, 190))
+    assert session.receive(in_progress, 1.1) == []
+
+
+def test_restart_stop_in_progress_postpones_the_retry() -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    session.receive(ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED), 0.1)
+    session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS), 0.9)
+    assert session.handle_timer(1.1) == [SendHeartbeat()]
+    assert session.handle_timer(1.9) == [replace(STOP, confirmation=1)]
+
+
+def test_late_timer_sends_one_heartbeat_not_a_burst() -> None:
+    session = LoggingSession()
+    session.start(0.0)
+    assert session.handle_timer(5.5) == [SendHeartbeat()]
+    assert session.next_deadline() == 6.5
+    assert len(of_type(run_timers(session, 16.5), SendHeartbeat)) == 11
+
+
+def test_stray_stop_acks_change_nothing_while_streaming() -> None:
+    session = streaming_session()
+    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 0.1) == []
+    assert state(session) is SessionState.STREAMING
+
+
+# --- misuse -----------------------------------------------------------------------------------
+
+
+def test_calls_before_start_and_twice_are_errors() -> None:
+    session = LoggingSession(target_system=1)
+    assert session.next_deadline() is None
+    assert session.handle_timer(1.0) == []
+    with pytest.raises(RuntimeError, match="before start"):
+        session.receive(PACKETS[0], 0.0)
+    with pytest.raises(RuntimeError, match="before start"):
+        session.stop(0.0)
+    session.start(0.0)
+    with pytest.raises(RuntimeError, match="twice"):
+        session.start(0.0)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"component_id": 0}, "component_id must be in 1..255, not 0"),
+        ({"system_id": 256}, "system_id must be in 1..255, not 256"),
+        ({"target_system": 0}, "target_system must be in 1..255, not 0"),
+        ({"data_timeout": 0.0}, "data_timeout must be positive, not 0.0"),
+        ({"start_grace": -1.0}, "start_grace must not be negative, not -1.0"),
+    ],
+)
+def test_bad_settings_are_refused(settings: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        LoggingSession(**settings)  # type: ignore[arg-type]
+
+
+def test_old_stream_data_while_starting_is_acked_and_dropped_quietly() -> None:
+    session = LoggingSession(target_system=1)
+    session.start(0.0)
+    leftover = replace(PACKETS[40], needs_ack=True)
+    assert session.receive(leftover, 0.1) == [SendAck(40, 1, 1)]
+    assert session.receive(PACKETS[41], 2.0) == []
+    assert state(session) is SessionState.STARTING
+    assert session.counters.ignored == 2
+
+
+def test_heartbeat_after_the_session_ended_starts_nothing() -> None:
+    session = LoggingSession()
+    session.start(0.0)
+    session.stop(0.1)
+    assert session.receive(heartbeat(), 0.2) == []
+    assert state(session) is SessionState.ENDED
+
+
+# --- invariants under any sequence of events ---------------------------------------------------
+
+SMALL = packetize(make_ulog(60, seed=5, timestamp_us=55))
+SECOND = packetize(make_ulog(60, seed=6, timestamp_us=66))
+RESULTS = st.sampled_from([*MavResult, 42])
+EVENTS = st.one_of(
+    st.tuples(st.just("packet"), st.integers(0, len(SMALL) - 1), st.booleans()),
+    st.tuples(st.just("second"), st.integers(0, len(SECOND) - 1), st.booleans()),
+    st.tuples(
+        st.just("ack"),
+        st.sampled_from([MAV_CMD_LOGGING_START, MAV_CMD_LOGGING_STOP]),
+        RESULTS,
+        st.booleans(),
+    ),
+    st.tuples(st.just("heartbeat"), st.sampled_from([1, 2])),
+    st.tuples(st.just("wait"), st.floats(0.0, 4.0)),
+    st.tuples(st.just("stop")),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(EVENTS, max_size=60), configured=st.booleans())
+def test_session_invariants_hold_for_any_event_sequence(
+    *, events: list[tuple[object, ...]], configured: bool
+) -> None:
+    session = LoggingSession(target_system=1 if configured else None)
+    now = 0.0
+    in_log = False
+    ended = False
+    first_write = False
+    history = session.start(now)
+    for event in events:
+        now += 0.001
+        acked_packet: LoggingPacket | None = None
+        match event:
+            case ("packet" | "second" as which, int(index), bool(needs_ack)):
+                packet = (SMALL if which == "packet" else SECOND)[index]
+                acked_packet = replace(packet, needs_ack=needs_ack)
+                outputs = session.receive(acked_packet, now)
+            case ("ack", int(command), int(result), bool(ours)):
+                target = ME if ours else (255, 190)
+                outputs = session.receive(ack(command, result, target=target), now)
+            case ("heartbeat", int(system_id)):
+                outputs = session.receive(heartbeat(system_id), now)
+            case ("wait", float(seconds)):
+                outputs = []
+                until = now + seconds
+                while (deadline := session.next_deadline()) is not None and deadline <= until:
+                    step = session.handle_timer(deadline)
+                    assert len(of_type(step, SendHeartbeat)) <= 1
+                    assert len(of_type(step, SendCommand)) <= 1
+                    after = session.next_deadline()
+                    assert after is None or after > deadline  # no busy loop in the shell
+                    outputs += step
+                now = until
+            case _:
+                outputs = session.stop(now)
+        if acked_packet is not None and acked_packet.needs_ack and session.autopilot_system == 1:
+            assert outputs[0] == SendAck(acked_packet.sequence, 1, 1)
+        if ended:
+            assert all(isinstance(o, SendAck) for o in outputs)
+        for output in outputs:
+            match output:
+                case LogStarted():
+                    assert not in_log
+                    in_log, first_write = True, True
+                case LogEnded():
+                    assert in_log
+                    in_log = False
+                case WriteUlog(data):
+                    assert in_log
+                    assert not first_write or data.startswith(b"ULog\x01\x12\x35")
+                    first_write = False
+                case StreamEnded():
+                    assert not in_log
+                    ended = True
+                case _:
+                    pass
+        history += outputs
+    assert (session.state is SessionState.ENDED) == ended

@@ -1,0 +1,373 @@
+"""Turns LOGGING_DATA packets into acks and a framed, gap-marked ULog byte stream.
+
+The reassembler keeps the theoretical maximum of a lossy stream and nothing else:
+
+- A log starts only at a packet with sequence 0, ``first_message_offset`` 0 and the ULog magic;
+  until then nothing is written (protocol.md, "Per packet" 4). A copy of the current log's
+  packet 0 is a duplicate (our ack was lost); any other such packet ends the current log
+  (:class:`LogEnded`, reason NEW_LOG) and starts the next one.
+- Sequence numbers follow :mod:`ulogstream.stream.sequence`: duplicates and older packets are
+  dropped (after their ack), a jump forward reports :class:`PacketsLost`.
+- Bytes are appended to one buffer that always begins at a message boundary; only whole
+  messages leave it (a message's end is known from its uint16 size).
+- After a sequence gap the partial message is dropped, packets where no message starts
+  (``first_message_offset`` 255) are skipped, and framing resumes at the next packet's offset.
+- Every offset PX4 declares is checked against the sizes: a pending message must end exactly
+  there. If not, the pending bytes are dropped, framing resyncs at the offset, and
+  :class:`FramingMismatch` reports it (none of the existing receivers has this guard).
+- A dropout ('O') message goes before the first whole message written after a loss, once the
+  definitions section is over. Its duration is measured from receive times: from the packet
+  that completed the last message written before the loss to the packet that completes the
+  first one after it, i.e. the span in which the loss kept us from writing. ULog timestamps
+  are not used: where a 'D' message keeps its timestamp depends on its format, which is the
+  parser's knowledge, and a gap need not be bracketed by 'D' messages at all.
+
+The buffer holds at most one partial message (a uint16 size, so below 64 KiB) plus one packet.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from ulogstream.errors import StreamProtocolError
+from ulogstream.stream.packets import MAX_DATA_LENGTH, NO_MESSAGE_START, LoggingPacket
+from ulogstream.stream.sequence import NEWER_LIMIT, SEQUENCE_MASK
+from ulogstream.ulog.spec import (
+    DEFINITION_TYPES,
+    HEADER_SIZE,
+    MAGIC,
+    MESSAGE_HEADER_SIZE,
+    MessageType,
+    encode_dropout,
+    unpack_file_header,
+    unpack_message_header,
+)
+
+DATA_SECTION_TYPES = frozenset(MessageType) - DEFINITION_TYPES
+"""Known types that exist only in the data section: 'A' or 'L' end the definitions (spec);
+'D', 'C', 'R', 'S' and 'O' prove it ended when a loss took the first 'A' with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendAck:
+    """Send LOGGING_ACK for ``sequence`` to the packet's sender, before any other output.
+
+    PX4 resends a LOGGING_DATA_ACKED every 50 ms and tears the stream down after 50 tries, so
+    every copy is acked (duplicates too), in every state.
+    """
+
+    sequence: int
+    target_system: int
+    target_component: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteUlog:
+    """Append ``data`` to the log file and feed the same bytes to the parser.
+
+    ``data`` holds whole ULog messages only; the first chunk of a log begins with the file header.
+    """
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PacketsLost:
+    """``count`` packets are missing right before packet ``sequence``."""
+
+    sequence: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogStarted:
+    """A new log began (packet 0 with the ULog magic): open a new file before the next write.
+
+    ``timestamp_us`` is the file header's start time (vehicle clock).
+    """
+
+    timestamp_us: int
+
+
+class LogEndReason(enum.StrEnum):
+    """Why a log ended."""
+
+    STOPPED = "stopped"
+    """Our LOGGING_STOP was answered."""
+    STOP_TIMEOUT = "stop timeout"
+    """Our LOGGING_STOP was never answered."""
+    STOPPED_BY_OTHER_CLIENT = "stopped by another client"
+    """Another client's LOGGING_STOP ended the vehicle's only stream (ours)."""
+    NEW_LOG = "new log"
+    """Packet 0 of another log arrived (vehicle reboot, or a STOP/START we did not send)."""
+    DATA_TIMEOUT = "data timeout"
+    """No LOGGING_DATA for the configured time while streaming."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogEnded:
+    """The current log is over: flush, fsync and close its file.
+
+    ``complete`` is True when the vehicle confirmed the end (LOGGING_STOP answered), False when
+    the stream just stopped arriving or was replaced, so the log's tail may be missing.
+    """
+
+    reason: LogEndReason
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FramingMismatch:
+    """Packet ``sequence`` declared a message start where no message ends.
+
+    ``dropped_bytes`` of the pending message were discarded; framing resumed at the next message
+    start PX4 declared, after a dropout.
+    """
+
+    sequence: int
+    dropped_bytes: int
+
+    def error(self) -> StreamProtocolError:
+        """The report as an exception value, for the shell to log."""
+        msg = (
+            f"first_message_offset disagrees with the ULog message sizes; "
+            f"{self.dropped_bytes} pending bytes dropped"
+        )
+        return StreamProtocolError(msg, sequence=self.sequence)
+
+
+ReassemblerOutput = SendAck | WriteUlog | PacketsLost | LogStarted | LogEnded | FramingMismatch
+"""Everything :meth:`LogStreamReassembler.receive_packet` returns."""
+
+
+class OutputSink(Protocol):
+    """Where outputs are appended (a ``list`` of these or of a wider union)."""
+
+    def append(self, item: ReassemblerOutput, /) -> None:
+        """Take one output."""
+
+
+@dataclass(slots=True)
+class StreamCounters:
+    """Running totals for a status line; every copy of every packet counts."""
+
+    packets: int = 0
+    """Valid packets from the autopilot addressed to us."""
+    acked: int = 0
+    """LOGGING_ACKs requested (one per LOGGING_DATA_ACKED copy)."""
+    duplicates: int = 0
+    stale: int = 0
+    """Older packets arriving late (dropped)."""
+    ignored: int = 0
+    """Packets outside any log (before its packet 0), dropped."""
+    invalid: int = 0
+    """Packets with a bad length or first_message_offset, dropped unacked."""
+    filtered: int = 0
+    """Logging packets not from the autopilot or not addressed to us."""
+    gaps: int = 0
+    packets_lost: int = 0
+    dropouts: int = 0
+    """Dropout ('O') messages written."""
+    mismatches: int = 0
+    """Framing resyncs (see :class:`FramingMismatch`)."""
+    bytes_written: int = 0
+    logs: int = 0
+    """Logs started."""
+
+
+def _dropout_ms(seconds: float) -> int:
+    return round(seconds * 1000.0)
+
+
+class LogStreamReassembler:
+    """Acks, orders and frames the LOGGING_DATA packets of one vehicle's stream.
+
+    Packets must already come from the autopilot and be addressed to us (the session filters).
+
+    Args:
+        counters: Where to count; a fresh :class:`StreamCounters` when None.
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_data_section",
+        "_dropout_pending",
+        "_first_packet",
+        "_last_sequence",
+        "_last_write_time",
+        "_synced",
+        "accept_new_logs",
+        "counters",
+        "log_open",
+    )
+
+    def __init__(self, *, counters: StreamCounters | None = None) -> None:
+        self.counters = StreamCounters() if counters is None else counters
+        self.accept_new_logs = True
+        """Open a log at packet 0 (the session clears this while no stream of ours may run)."""
+        self.log_open = False
+        """True between :class:`LogStarted` and :class:`LogEnded` (read-only for callers)."""
+        self._buffer = bytearray()
+        self._first_packet = b""
+        self._last_sequence = 0
+        self._synced = False
+        self._data_section = False
+        self._dropout_pending = False
+        self._last_write_time = 0.0
+
+    def receive_packet(self, packet: LoggingPacket, now: float) -> list[ReassemblerOutput]:
+        """Take one packet received at ``now``; return the outputs in the order to carry out."""
+        out: list[ReassemblerOutput] = []
+        self.receive_packet_into(packet, now, out)
+        return out
+
+    def receive_packet_into(self, packet: LoggingPacket, now: float, out: OutputSink) -> None:
+        """Like :meth:`receive_packet`, appending to ``out`` (the session's list)."""
+        data = packet.data
+        length = len(data)
+        offset = packet.first_message_offset
+        counters = self.counters
+        if length > MAX_DATA_LENGTH or (offset != NO_MESSAGE_START and offset >= length):
+            counters.invalid += 1
+            return
+        sequence = packet.sequence
+        if packet.needs_ack:
+            # Before the duplicate test and any write: our previous ack may have been lost.
+            out.append(SendAck(sequence, packet.system_id, packet.component_id))
+            counters.acked += 1
+        counters.packets += 1
+        if sequence == 0 and offset == 0 and length >= HEADER_SIZE and data.startswith(MAGIC):
+            self._receive_log_start(data, now, out)
+            return
+        if not self.log_open:
+            counters.ignored += 1
+            return
+        distance = (sequence - self._last_sequence) & SEQUENCE_MASK
+        if distance != 1:
+            if distance == 0:
+                counters.duplicates += 1
+                return
+            if distance >= NEWER_LIMIT:
+                counters.stale += 1
+                return
+            self._lose(sequence, distance - 1, out)
+        self._last_sequence = sequence
+        buffer = self._buffer
+        if offset == NO_MESSAGE_START:
+            if not self._synced:
+                return  # the message spanning this packet began in a lost one
+            if not buffer:
+                if length:
+                    # The last packet ended on a message boundary, yet no message starts here.
+                    self._mismatch(sequence, length, out)
+                    self._synced = False
+                return
+            buffer += data
+            if len(buffer) < MESSAGE_HEADER_SIZE:
+                return
+            end = MESSAGE_HEADER_SIZE + (buffer[0] | buffer[1] << 8)
+            if end < len(buffer):
+                # The pending message ends inside a packet in which no message starts.
+                self._mismatch(sequence, len(buffer), out)
+                buffer.clear()
+                self._synced = False
+            elif end == len(buffer):
+                self._frame(0, now, out)
+            return
+        if self._synced:
+            boundary = len(buffer) + offset
+            buffer += data
+            if boundary and (
+                boundary < MESSAGE_HEADER_SIZE
+                or MESSAGE_HEADER_SIZE + (buffer[0] | buffer[1] << 8) != boundary
+            ):
+                self._mismatch(sequence, boundary, out)
+                del buffer[:boundary]
+        else:
+            buffer += data
+            del buffer[:offset]
+            self._synced = True
+        self._frame(0, now, out)
+
+    def end_log(self, reason: LogEndReason, *, complete: bool, out: OutputSink) -> None:
+        """End the open log (if any): drop its partial message and append :class:`LogEnded`."""
+        if not self.log_open:
+            return
+        self.log_open = False
+        self._first_packet = b""
+        self._buffer.clear()
+        out.append(LogEnded(reason, complete))
+
+    def _receive_log_start(self, data: bytes, now: float, out: OutputSink) -> None:
+        if self.log_open:
+            if data == self._first_packet:
+                self.counters.duplicates += 1  # a copy of this log's packet 0 (lost ack)
+                return
+            self.end_log(LogEndReason.NEW_LOG, complete=False, out=out)
+        if not self.accept_new_logs:
+            self.counters.ignored += 1
+            return
+        self.log_open = True
+        self._first_packet = data
+        self._last_sequence = 0
+        self._synced = True
+        self._data_section = False
+        self._dropout_pending = False
+        self._last_write_time = now
+        self._buffer.clear()
+        self._buffer += data
+        self.counters.logs += 1
+        out.append(LogStarted(unpack_file_header(data, 0)[2]))
+        self._frame(HEADER_SIZE, now, out)
+
+    def _lose(self, sequence: int, count: int, out: OutputSink) -> None:
+        self.counters.gaps += 1
+        self.counters.packets_lost += count
+        out.append(PacketsLost(sequence, count))
+        self._buffer.clear()  # its partial message continued in a lost packet
+        self._synced = False
+        self._dropout_pending = True
+
+    def _mismatch(self, sequence: int, dropped: int, out: OutputSink) -> None:
+        self.counters.mismatches += 1
+        self._dropout_pending = True
+        out.append(FramingMismatch(sequence, dropped))
+
+    def _frame(self, start: int, now: float, out: OutputSink) -> None:
+        """Write every whole message from the buffer's beginning (``start`` skips the header)."""
+        buffer = self._buffer
+        size = len(buffer)
+        position = start
+        data_section = self._data_section
+        if data_section:
+            while position + MESSAGE_HEADER_SIZE <= size:
+                end = (
+                    position + MESSAGE_HEADER_SIZE + (buffer[position] | buffer[position + 1] << 8)
+                )
+                if end > size:
+                    break
+                position = end
+        else:
+            # Until the definitions section is over, look at each type to see where it ends.
+            while position + MESSAGE_HEADER_SIZE <= size:
+                msg_size, msg_type = unpack_message_header(buffer, position)
+                end = position + MESSAGE_HEADER_SIZE + msg_size
+                if end > size:
+                    break
+                position = end
+                if msg_type in DATA_SECTION_TYPES:
+                    self._data_section = True
+        if not position:
+            return
+        chunk = bytes(buffer[:position])
+        del buffer[:position]
+        if self._dropout_pending:
+            self._dropout_pending = False
+            if data_section:  # the definitions section has no place for a dropout
+                chunk = encode_dropout(_dropout_ms(now - self._last_write_time)) + chunk
+                self.counters.dropouts += 1
+        self._last_write_time = now
+        self.counters.bytes_written += len(chunk)
+        out.append(WriteUlog(chunk))
