@@ -177,7 +177,7 @@ class MqttSettings:
     rates: Mapping[str, float] = field(default_factory=dict)
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    outbox_size: int = 1000
+    outbox_size: int = 10000
 
     def __post_init__(self) -> None:
         if self.url is not None:

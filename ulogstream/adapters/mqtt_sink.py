@@ -1,0 +1,381 @@
+"""MqttSink: a bounded outbox drained by a reconnecting aiomqtt client (the only aiomqtt importer).
+
+:meth:`MqttSink.offer` never waits: sample messages go into a bounded outbox that drops the
+oldest message when full (and counts it); retained messages are kept per topic instead, never
+dropped, and published again after every reconnect so late subscribers always see the latest
+metadata. :meth:`MqttSink.run` connects, drains, and reconnects with exponential backoff, since
+aiomqtt 2.x does not reconnect by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import ssl
+import urllib.parse
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from ulogstream.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ulogstream.publish import MqttMessage
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
+"""Port used when the URL names none (IANA)."""
+
+DEFAULT_MAX_OUTBOX = 10_000
+"""Sample messages kept for the broker before the oldest are dropped (~1.5 s at full rate)."""
+
+_PROTOCOLS = {4: aiomqtt.ProtocolVersion.V311, 5: aiomqtt.ProtocolVersion.V5}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """Where the broker is, parsed from ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]``."""
+
+    host: str
+    port: int
+    tls: bool
+
+
+def parse_mqtt_url(url: str) -> BrokerAddress:
+    """Parse a broker URL.
+
+    Raises:
+        ConfigError: The URL is not ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]``, or it
+            carries credentials (they belong in a file or an environment variable).
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as err:
+        msg = f"MQTT URL {url!r} is malformed: {err}"
+        raise ConfigError(msg) from err
+    if parts.scheme not in DEFAULT_PORTS:
+        msg = f"MQTT URL {url!r} must start with mqtt:// or mqtts://"
+        raise ConfigError(msg)
+    if parts.username is not None or parts.password is not None:
+        msg = f"MQTT URL {url!r} must not carry credentials: use username and password_file"
+        raise ConfigError(msg)
+    if not parts.hostname:
+        msg = f"MQTT URL {url!r} names no host"
+        raise ConfigError(msg)
+    if parts.path not in {"", "/"} or parts.query or parts.fragment:
+        msg = f"MQTT URL {url!r} must be only scheme, host and port"
+        raise ConfigError(msg)
+    return BrokerAddress(
+        host=parts.hostname,
+        port=DEFAULT_PORTS[parts.scheme] if port is None else port,
+        tls=parts.scheme == "mqtts",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MqttSinkSettings:
+    """How to reach the broker.
+
+    Attributes:
+        url: ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]`` (TLS).
+        client_id: MQTT client identifier; a unique one (host, pid, random) when None.
+        protocol: 4 for MQTT 3.1.1, 5 for MQTT 5 (content types and user properties).
+        ca_file: CA certificates to verify the broker with (the system's when None).
+        cert_file: Client certificate for TLS client authentication.
+        key_file: Private key of ``cert_file`` (when not inside it).
+        tls_insecure: Skip the check that the broker's certificate names its host.
+        username: User name for password authentication.
+        password_file: File whose first line is the password.
+        password_env: Environment variable holding the password.
+        keepalive: Seconds between MQTT pings.
+        max_outbox: Sample messages kept while the broker is slow or away.
+        backoff_initial: First wait before reconnecting, in seconds.
+        backoff_max: Longest wait between reconnection attempts, in seconds.
+        timeout: Seconds to wait for the broker to answer a connect or a publish.
+    """
+
+    url: str
+    client_id: str | None = None
+    protocol: int = 5
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    tls_insecure: bool = False
+    username: str | None = None
+    password_file: Path | None = None
+    password_env: str | None = None
+    keepalive: int = 30
+    max_outbox: int = DEFAULT_MAX_OUTBOX
+    backoff_initial: float = 0.5
+    backoff_max: float = 5.0
+    timeout: float = 10.0
+
+
+def unique_client_id() -> str:
+    """``ulogstream-<host>-<pid>-<random>``: two receivers never take each other's session."""
+    host = socket.gethostname().split(".")[0][:16] or "host"
+    return f"ulogstream-{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _read_password(settings: MqttSinkSettings) -> str | None:
+    if settings.password_file is not None and settings.password_env is not None:
+        msg = "MQTT password_file and password_env are both set: choose one"
+        raise ConfigError(msg)
+    if settings.password_file is not None:
+        try:
+            lines = settings.password_file.read_text(encoding="utf-8").splitlines()
+        except OSError as err:
+            msg = f"cannot read the MQTT password file {settings.password_file}: {err.strerror}"
+            raise ConfigError(msg) from err
+        return lines[0] if lines else ""
+    if settings.password_env is not None:
+        password = os.environ.get(settings.password_env)
+        if password is None:
+            msg = f"environment variable {settings.password_env} (MQTT password) is not set"
+            raise ConfigError(msg)
+        return password
+    return None
+
+
+def _describe(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
+def _tls_context(settings: MqttSinkSettings) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(
+            cafile=None if settings.ca_file is None else str(settings.ca_file)
+        )
+        if settings.cert_file is not None:
+            context.load_cert_chain(
+                str(settings.cert_file),
+                None if settings.key_file is None else str(settings.key_file),
+            )
+    except (OSError, ssl.SSLError) as err:
+        msg = f"cannot set up MQTT TLS from the CA, certificate or key file: {err}"
+        raise ConfigError(msg) from err
+    if settings.tls_insecure:
+        context.check_hostname = False
+    return context
+
+
+class MqttSink:
+    """Publishes :class:`MqttMessage` values to a broker without ever blocking the producer.
+
+    Args:
+        settings: Broker address, TLS and credentials.
+        will: Last Will the broker publishes if this client vanishes (retained status).
+
+    Raises:
+        ConfigError: The URL, TLS files or password source cannot be used.
+    """
+
+    def __init__(self, settings: MqttSinkSettings, *, will: MqttMessage | None = None) -> None:
+        self.settings = settings
+        self.address = parse_mqtt_url(settings.url)
+        if settings.protocol not in _PROTOCOLS:
+            msg = f"MQTT protocol must be 4 (3.1.1) or 5, not {settings.protocol!r}"
+            raise ConfigError(msg)
+        if settings.max_outbox < 1:
+            msg = f"MQTT max_outbox must be at least 1, not {settings.max_outbox}"
+            raise ConfigError(msg)
+        self._password = _read_password(settings)
+        if self._password is not None and settings.username is None:
+            msg = "an MQTT password is set without a username"
+            raise ConfigError(msg)
+        tls = self.address.tls or settings.ca_file is not None or settings.cert_file is not None
+        self._tls = _tls_context(settings) if tls else None
+        self.client_id = settings.client_id or unique_client_id()
+        self._will = will
+        self._v5 = settings.protocol == 5  # noqa: PLR2004
+        self._outbox: deque[MqttMessage] = deque(maxlen=settings.max_outbox)
+        self._retained: dict[str, MqttMessage] = {}
+        self._pending_retained: dict[str, MqttMessage] = {}
+        self._properties: dict[tuple[str | None, tuple[tuple[str, str], ...]], Properties] = {}
+        self._wakeup = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._busy = False
+        self.published = 0
+        """Messages handed to the broker."""
+        self.dropped = 0
+        """Sample messages dropped because the outbox was full (broker slow or away)."""
+        self.reconnects = 0
+        """Connections made after the first one."""
+        self.connected = False
+        """Whether a connection to the broker is up."""
+        self.last_error: str | None = None
+        """Why the last connection failed or ended, e.g. ``Not authorized``."""
+        self._ever_connected = False
+        self._session_connected = False
+
+    # -- producer side (never waits) ---------------------------------------------------------
+
+    def offer(self, message: MqttMessage) -> None:
+        """Queue ``message`` without waiting; when the outbox is full the oldest is dropped.
+
+        Retained messages are kept per topic (the newest wins) and are never dropped.
+        """
+        if message.retain:
+            self._retained[message.topic] = message
+            self._pending_retained.pop(message.topic, None)
+            self._pending_retained[message.topic] = message
+        else:
+            outbox = self._outbox
+            if len(outbox) == outbox.maxlen:
+                self.dropped += 1
+            outbox.append(message)
+        self._wakeup.set()
+
+    def offer_all(self, messages: list[MqttMessage]) -> None:
+        """:meth:`offer` each of ``messages`` in order."""
+        for message in messages:
+            self.offer(message)
+
+    @property
+    def pending(self) -> int:
+        """Messages waiting to be published."""
+        return len(self._outbox) + len(self._pending_retained) + self._busy
+
+    async def wait_drained(self) -> None:
+        """Wait until everything offered so far was published (bound it with asyncio.timeout)."""
+        while self.pending:
+            self._drained.clear()
+            await self._drained.wait()
+
+    # -- the connection loop -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, publish what is offered, and reconnect with backoff; runs until cancelled."""
+        backoff = self.settings.backoff_initial
+        while True:
+            self._session_connected = False
+            try:
+                await self._session()
+            except* aiomqtt.MqttError as group:
+                # Keep only the text: the exception's traceback would keep paho's sockets alive.
+                self.last_error = _describe(group.exceptions[0])
+            finally:
+                self.connected = False
+            if self._session_connected:
+                backoff = self.settings.backoff_initial
+            logger.warning(
+                "MQTT broker %s:%d: %s; retrying in %.1f s",
+                self.address.host,
+                self.address.port,
+                self.last_error,
+                backoff,
+            )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.settings.backoff_max)
+
+    async def _session(self) -> None:
+        client = self._client()
+        async with client:
+            self.connected = True
+            self._session_connected = True
+            self.last_error = None
+            if self._ever_connected:
+                self.reconnects += 1
+            self._ever_connected = True
+            logger.info("MQTT connected to %s:%d", self.address.host, self.address.port)
+            # A restarted broker may have lost its retained store: send them all again.
+            self._pending_retained = {**self._retained, **self._pending_retained}
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._watch(client))
+                group.create_task(self._drain(client))
+
+    def _client(self) -> aiomqtt.Client:
+        settings = self.settings
+        will = None
+        if self._will is not None:
+            will = aiomqtt.Will(
+                self._will.topic,
+                self._will.payload,
+                qos=self._will.qos,
+                retain=self._will.retain,
+                properties=self._properties_for(self._will),
+            )
+        return aiomqtt.Client(
+            self.address.host,
+            self.address.port,
+            username=settings.username,
+            password=self._password,
+            identifier=self.client_id,
+            protocol=_PROTOCOLS[settings.protocol],
+            will=will,
+            keepalive=settings.keepalive,
+            timeout=settings.timeout,
+            tls_context=self._tls,
+            logger=logger,
+        )
+
+    @staticmethod
+    async def _watch(client: aiomqtt.Client) -> None:
+        # Nothing is subscribed: the iterator only ends by raising MqttError on disconnection,
+        # which also notices a lost broker while the outbox is empty.
+        async for _ in client.messages:
+            pass
+
+    async def _drain(self, client: aiomqtt.Client) -> None:
+        outbox = self._outbox
+        while True:
+            pending_retained = self._pending_retained
+            if pending_retained:
+                topic = next(iter(pending_retained))
+                message = pending_retained.pop(topic)
+            elif outbox:
+                message = outbox.popleft()
+            else:
+                self._drained.set()
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            self._busy = True
+            try:
+                await client.publish(
+                    message.topic,
+                    message.payload,
+                    qos=message.qos,
+                    retain=message.retain,
+                    properties=self._properties_for(message),
+                )
+            except BaseException:  # lost connection or cancelled by the watcher: not sent
+                self._requeue(message)
+                raise
+            finally:
+                self._busy = False
+            self.published += 1
+
+    def _requeue(self, message: MqttMessage) -> None:
+        """Put back a message the broker did not take (retained ones are re-sent anyway)."""
+        if message.retain:
+            return
+        if len(self._outbox) == self._outbox.maxlen:
+            self.dropped += 1
+        else:
+            self._outbox.appendleft(message)
+
+    def _properties_for(self, message: MqttMessage) -> Properties | None:
+        if not self._v5 or (message.content_type is None and not message.user_properties):
+            return None
+        key = (message.content_type, message.user_properties)
+        properties = self._properties.get(key)
+        if properties is None:
+            properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            if message.content_type is not None:
+                properties.ContentType = message.content_type
+            if message.user_properties:
+                properties.UserProperty = list(message.user_properties)
+            self._properties[key] = properties
+        return properties
