@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
-sys.path.insert(0, str(ROOT / "tests" / "stream"))
+sys.path.insert(0, str(ROOT / "tests"))
 from packetize import packetize  # noqa: E402
 
 from ulogstream.stream.packets import MAV_CMD_LOGGING_START, CommandAck, MavResult  # noqa: E402

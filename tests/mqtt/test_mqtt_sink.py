@@ -37,7 +37,7 @@ from ulogstream.ulog.writer import ULogWriter
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
-    from conftest import Broker
+    from mqtt.conftest import Broker
 
 pytestmark = pytest.mark.timeout(60)
 

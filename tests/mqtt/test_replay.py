@@ -23,7 +23,7 @@ from ulogstream.ulog.writer import ULogWriter
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from conftest import Broker
+    from mqtt.conftest import Broker
 
 pytestmark = pytest.mark.timeout(120)
 
