@@ -1,0 +1,787 @@
+"""ULog logs as ROS messages: types from formats, messages from rows, wall-clock time, export.
+
+Every ULog format becomes one message type ``px4_ulog/msg/{CamelCase}`` (ROS 1 spelling
+``px4_ulog/{CamelCase}``): basic types map one to one, ``char[N]`` becomes ``string`` (cut at the
+first NUL), fixed arrays stay fixed (``float32[3]``), nested formats become their own message types
+and ``_padding*`` fields are dropped. The definitions are registered in a :mod:`rosbags` typestore,
+which generates the full definitions, md5sums and serializers; this module only writes the
+``.msg`` text and builds the message objects from the rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Final, Protocol, cast
+
+import numpy as np
+from rosbags.typesys import Stores, TypesysError, get_types_from_msg, get_typestore
+
+from ulogstream.errors import ULogFormatError, UlogstreamError
+from ulogstream.ulog.events import (
+    Corruption,
+    DataRows,
+    FileHeader,
+    FormatDefined,
+    Info,
+    LoggedString,
+    Parameter,
+    ParserWarning,
+    Subscription,
+    Truncated,
+    ULogEvent,
+)
+from ulogstream.ulog.parser import ULogParser
+from ulogstream.ulog.spec import PADDING_PREFIX, TYPE_SIZES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+    from pathlib import Path
+
+    import numpy.typing as npt
+    from rosbags.typesys.store import Typestore
+
+    from ulogstream.ulog.events import FieldDefinition
+
+PACKAGE: Final = "px4_ulog"
+"""ROS package of every generated type."""
+
+PARAMETER_TYPE: Final = f"{PACKAGE}/msg/Parameter"
+"""The type of the ``/parameters`` topic: one message per parameter value (initial and changed)."""
+
+PARAMETER_DEFINITION: Final = """\
+uint8 TYPE_INT32=1
+uint8 TYPE_FLOAT=2
+time stamp
+string name
+float64 value
+uint8 type
+"""
+"""``px4_ulog/Parameter``: ``value`` holds the int32 or float exactly, ``type`` says which."""
+
+PARAMETER_TYPE_INT32: Final = 1
+PARAMETER_TYPE_FLOAT: Final = 2
+
+ROS_BASE_TYPES: Final[dict[str, str]] = {
+    "int8_t": "int8",
+    "uint8_t": "uint8",
+    "int16_t": "int16",
+    "uint16_t": "uint16",
+    "int32_t": "int32",
+    "uint32_t": "uint32",
+    "int64_t": "int64",
+    "uint64_t": "uint64",
+    "float": "float32",
+    "double": "float64",
+    "bool": "bool",
+    "char": "uint8",  # a lone char is a byte; char[N] is a string (see _ros_field)
+}
+"""ULog basic types and the ROS types they become."""
+
+_NUMPY_TYPES: Final[dict[str, str]] = {
+    "int8_t": "<i1",
+    "uint8_t": "<u1",
+    "int16_t": "<i2",
+    "uint16_t": "<u2",
+    "int32_t": "<i4",
+    "uint32_t": "<u4",
+    "int64_t": "<i8",
+    "uint64_t": "<u8",
+    "float": "<f4",
+    "double": "<f8",
+    "bool": "?",
+    "char": "<u1",
+}
+
+_ROS_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_TYPE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+class RosVersion(Enum):
+    """Which ROS flavour a typestore serves: ROS 1 for bags, ROS 2 for MCAP."""
+
+    ROS1 = 1
+    ROS2 = 2
+
+
+def ros_type_name(format_name: str) -> str:
+    """The ROS type of a ULog format: ``vehicle_gps_position -> px4_ulog/msg/VehicleGpsPosition``.
+
+    Raises:
+        UlogstreamError: The format name cannot make a valid ROS type name.
+    """
+    camel = "".join(part[:1].upper() + part[1:] for part in format_name.split("_"))
+    if not _TYPE_NAME.match(camel):
+        msg = f"ULog format name {format_name!r} cannot be turned into a ROS message type name"
+        raise UlogstreamError(msg)
+    return f"{PACKAGE}/msg/{camel}"
+
+
+def ros_topic(name: str, multi_id: int) -> str:
+    """A topic instance's ROS topic: ``/{name}`` for instance 0, else ``/{name}_{multi_id}``.
+
+    Instance 0 keeps the bare name so that the usual single-instance topics read naturally.
+    Should that name already be taken (``foo`` instance 1 and a topic ``foo_1``, or a topic
+    named ``rosout``), the export uses ``/{name}/instance_{multi_id}`` and reports it.
+    """
+    return f"/{name}" if multi_id == 0 else f"/{name}_{multi_id}"
+
+
+def is_padding(field: FieldDefinition) -> bool:
+    """Whether ``field`` is alignment padding (``_padding0`` ...), which never reaches ROS."""
+    return field.name.startswith(PADDING_PREFIX)
+
+
+def _ros_field(field: FieldDefinition, format_name: str) -> str:
+    if not _ROS_NAME.match(field.name):
+        msg = f"field {field.name!r} of ULog format {format_name!r} is not a valid ROS field name"
+        raise UlogstreamError(msg)
+    if field.type_name == "char" and field.array_length is not None:
+        return f"string {field.name}"
+    base = ROS_BASE_TYPES.get(field.type_name)
+    if base is None:
+        base = ros_type_name(field.type_name).replace("/msg/", "/")
+    suffix = "" if field.array_length is None else f"[{field.array_length}]"
+    return f"{base}{suffix} {field.name}"
+
+
+def ros_definition(fmt: FormatDefined) -> str:
+    """The ``.msg`` text of one ULog format (nested formats referenced as ``px4_ulog/Name``).
+
+    Raises:
+        UlogstreamError: A field name or nested format name is not valid in ROS.
+    """
+    return "".join(f"{_ros_field(f, fmt.name)}\n" for f in fmt.fields if not is_padding(f))
+
+
+def nested_closure(name: str, formats: Mapping[str, FormatDefined]) -> list[str]:
+    """``name`` and every format it nests, directly or not, each once, dependencies first.
+
+    Raises:
+        UlogstreamError: A nested format is not defined, or formats nest in a cycle.
+    """
+    order: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(current: str, parent: str | None) -> None:
+        if current in order:
+            return
+        if current in visiting:
+            msg = f"ULog format {current!r} contains itself"
+            raise UlogstreamError(msg)
+        fmt = formats.get(current)
+        if fmt is None:
+            where = "" if parent is None else f" (nested in {parent!r})"
+            msg = f"ULog format {current!r}{where} is not defined in the log"
+            raise UlogstreamError(msg)
+        visiting.add(current)
+        for field in fmt.fields:
+            if field.type_name not in TYPE_SIZES:
+                visit(field.type_name, current)
+        visiting.discard(current)
+        order.append(current)
+
+    visit(name, None)
+    return order
+
+
+def new_typestore(version: RosVersion) -> Typestore:
+    """A typestore with the standard types of ``version`` plus ``px4_ulog/msg/Parameter``."""
+    store = get_typestore(Stores.ROS1_NOETIC if version is RosVersion.ROS1 else Stores.ROS2_HUMBLE)
+    store.register(get_types_from_msg(PARAMETER_DEFINITION, PARAMETER_TYPE))
+    return store
+
+
+def register_format(store: Typestore, name: str, formats: Mapping[str, FormatDefined]) -> str:
+    """Register the ROS type of format ``name`` and of the formats it nests; return its type name.
+
+    Raises:
+        UlogstreamError: The format cannot be expressed in ROS or clashes with a registered type.
+    """
+    typename = ros_type_name(name)
+    if typename == PARAMETER_TYPE:
+        msg = f"ULog format {name!r} would take the name of the export's own type {typename}"
+        raise UlogstreamError(msg)
+    if typename in store.fielddefs:
+        return typename  # registered for an earlier topic of the same log: same definition
+    typesdict = {}
+    for dependency in nested_closure(name, formats):
+        typesdict.update(
+            get_types_from_msg(ros_definition(formats[dependency]), ros_type_name(dependency))
+        )
+    try:
+        store.register(typesdict)
+    except TypesysError as err:
+        msg = f"ULog format {name!r} cannot be registered as ROS type {typename}: {err}"
+        raise UlogstreamError(msg) from err
+    return typename
+
+
+def format_dtype(name: str, formats: Mapping[str, FormatDefined]) -> np.dtype[np.void]:
+    """The packed structured dtype of format ``name``, nested as the format is, padding skipped.
+
+    Nested formats become nested structured fields and arrays subarrays, so one row viewed with
+    this dtype holds exactly the tree the ROS message has. ``itemsize`` is the full packed size
+    (padding included) and must equal that of the flat dtype the parser decodes rows with.
+
+    Raises:
+        UlogstreamError: A nested format is missing or nests itself.
+    """
+    nested_closure(name, formats)  # validates before recursing
+    return _format_dtype(name, formats)
+
+
+def _format_dtype(name: str, formats: Mapping[str, FormatDefined]) -> np.dtype[np.void]:
+    names: list[str] = []
+    types: list[object] = []
+    offsets: list[int] = []
+    offset = 0
+    for field in formats[name].fields:
+        base: np.dtype[np.generic[object]]
+        whole: object
+        if field.type_name == "char" and field.array_length is not None:
+            base = np.dtype(f"S{field.array_length}")
+            whole = base
+            size = field.array_length
+        else:
+            if field.type_name in _NUMPY_TYPES:
+                base = np.dtype(_NUMPY_TYPES[field.type_name])
+            else:
+                base = _format_dtype(field.type_name, formats)
+            count = 1 if field.array_length is None else field.array_length
+            whole = base if field.array_length is None else (base, (count,))
+            size = base.itemsize * count
+        if not is_padding(field):
+            names.append(field.name)
+            types.append(whole)
+            offsets.append(offset)
+        offset += size
+    spec = {"names": names, "formats": types, "offsets": offsets, "itemsize": offset}
+    dtype: np.dtype[np.void] = np.dtype(spec)  # type: ignore[call-overload]
+    return dtype
+
+
+def text_of(raw: bytes) -> str:
+    """A ``char[N]`` value as a ROS string: cut at the first NUL, invalid UTF-8 replaced."""
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+class _Kind(Enum):
+    SCALAR = 1
+    STRING = 2
+    ARRAY = 3
+    BOOL_ARRAY = 4
+    NESTED = 5
+    NESTED_ARRAY = 6
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    name: str
+    kind: _Kind
+    nested: _Builder | None
+    length: int
+
+
+class _MessageClass(Protocol):
+    """A rosbags message class, called with its fields in order or by name."""
+
+    def __call__(self, *args: object, **kwargs: object) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Builder:
+    make: _MessageClass
+    columns: tuple[_Column, ...]
+
+    def objects(self, view: npt.NDArray[np.void]) -> list[object]:
+        values: list[list[object]] = []
+        for column in self.columns:
+            data = view[column.name]
+            match column.kind:
+                case _Kind.SCALAR:
+                    values.append(data.tolist())
+                case _Kind.STRING:
+                    values.append([text_of(raw) for raw in data.tolist()])
+                case _Kind.ARRAY:
+                    # one view per row: rosbags serializes fixed arrays from numpy arrays
+                    values.append(list(data))
+                case _Kind.BOOL_ARRAY:
+                    # rosbags copies bool arrays byte for byte; PX4 leaves stray bytes in some
+                    values.append(list(data.view(np.uint8) != 0))
+                case _Kind.NESTED if column.nested is not None:
+                    values.append(column.nested.objects(data))
+                case _Kind.NESTED_ARRAY if column.nested is not None:
+                    flat = column.nested.objects(data.reshape(-1))
+                    size = column.length
+                    values.append([flat[i : i + size] for i in range(0, len(flat), size)])
+        make = self.make
+        if not values:  # a format of padding only: empty messages, one per row
+            return [make() for _ in range(len(view))]
+        return [make(*args) for args in zip(*values, strict=True)]
+
+
+def _builder(store: Typestore, name: str, formats: Mapping[str, FormatDefined]) -> _Builder:
+    columns: list[_Column] = []
+    for field in formats[name].fields:
+        if is_padding(field):
+            continue
+        length = 0 if field.array_length is None else field.array_length
+        if field.type_name in TYPE_SIZES:
+            if field.type_name == "char" and field.array_length is not None:
+                kind = _Kind.STRING
+            elif field.array_length is None:
+                kind = _Kind.SCALAR
+            else:
+                kind = _Kind.BOOL_ARRAY if field.type_name == "bool" else _Kind.ARRAY
+            columns.append(_Column(field.name, kind, None, length))
+        else:
+            kind = _Kind.NESTED if field.array_length is None else _Kind.NESTED_ARRAY
+            nested = _builder(store, field.type_name, formats)
+            columns.append(_Column(field.name, kind, nested, length))
+    return _Builder(message_class(store, ros_type_name(name)), tuple(columns))
+
+
+def message_class(store: Typestore, typename: str) -> _MessageClass:
+    """The class of ``typename`` in ``store``, typed for building from plain values."""
+    return cast("_MessageClass", store.types[typename])
+
+
+class RowConverter:
+    """Turns rows of one ULog format (as the parser decodes them) into ROS message objects.
+
+    Args:
+        store: A typestore in which :func:`register_format` registered ``format_name``.
+        format_name: The ULog format of the rows.
+        formats: Every format of the log, for the nested ones.
+        itemsize: Row size of the parser's dtype for this format, checked against the format.
+
+    Raises:
+        UlogstreamError: The rows' size does not match the format's packed size.
+    """
+
+    def __init__(
+        self,
+        store: Typestore,
+        format_name: str,
+        formats: Mapping[str, FormatDefined],
+        *,
+        itemsize: int,
+    ) -> None:
+        self.typename = register_format(store, format_name, formats)
+        """The ROS type name (``px4_ulog/msg/...``)."""
+        self.dtype = format_dtype(format_name, formats)
+        """The nested view of a row (see :func:`format_dtype`)."""
+        if self.dtype.itemsize != itemsize:
+            msg = (
+                f"rows of ULog format {format_name!r} are {itemsize} bytes, "
+                f"but the format defines {self.dtype.itemsize}"
+            )
+            raise UlogstreamError(msg)
+        self._builder = _builder(store, format_name, formats)
+
+    def messages(self, rows: npt.NDArray[np.void]) -> list[object]:
+        """One message object per row of ``rows`` (a 1-D array of the parser's flat dtype)."""
+        view: npt.NDArray[np.void] = np.ascontiguousarray(rows).view(self.dtype)
+        return self._builder.objects(view)
+
+
+ROS1_LOG_LEVELS: Final[dict[int, int]] = {
+    ord("0"): 16,  # EMERG -> FATAL
+    ord("1"): 16,  # ALERT -> FATAL
+    ord("2"): 16,  # CRIT -> FATAL
+    ord("3"): 8,  # ERR -> ERROR
+    ord("4"): 4,  # WARNING -> WARN
+    ord("5"): 2,  # NOTICE -> INFO
+    ord("6"): 2,  # INFO -> INFO
+    ord("7"): 1,  # DEBUG -> DEBUG
+}
+"""ULog log level bytes (ASCII '0'..'7', syslog levels) -> ``rosgraph_msgs/Log`` levels."""
+
+ROS2_LOG_LEVELS: Final[dict[int, int]] = {
+    ulog: {16: 50, 8: 40, 4: 30, 2: 20, 1: 10}[ros1] for ulog, ros1 in ROS1_LOG_LEVELS.items()
+}
+"""ULog log level bytes -> ``rcl_interfaces/msg/Log`` levels (same mapping, ROS 2 values)."""
+
+
+def ros_log_level(level: int, version: RosVersion) -> int:
+    """The ROS log level of a ULog level byte; unknown levels count as INFO."""
+    if version is RosVersion.ROS1:
+        return ROS1_LOG_LEVELS.get(level, 2)
+    return ROS2_LOG_LEVELS.get(level, 20)
+
+
+GPS_UTC_TOPICS: Final = ("vehicle_gps_position", "sensor_gps")
+"""Topics whose ``time_utc_usec`` (with their ``timestamp``) ties boot time to UTC."""
+
+GPS_UTC_FIELD: Final = "time_utc_usec"
+
+MAX_TIME_US: Final = (2**31 - 1) * 1_000_000
+"""Latest stamp written (2038-01-19): ``builtin_interfaces/Time.sec`` is an int32 in ROS 2."""
+
+MIN_PLAUSIBLE_UTC_US: Final = 946_684_800_000_000
+"""2000-01-01 in microseconds: receivers without a fix report 0 or a date near 1980."""
+
+
+@dataclass(frozen=True, slots=True)
+class WallClock:
+    """Maps ULog timestamps (microseconds since boot) to wall-clock time.
+
+    ``epoch_us = timestamp_us + offset_us``; ``source`` says where the offset came from:
+    ``"gps"`` (a GPS UTC fix in the log), ``"given"`` (the caller's) or ``"boot"`` (none found:
+    timestamps are taken as they are, which is right for logs that already hold epoch time,
+    such as SITL with lockstep, and 1970 + uptime otherwise).
+    """
+
+    offset_us: int
+    source: str
+
+    def to_ns(self, timestamp_us: int) -> int:
+        """Wall-clock nanoseconds since the epoch of one ULog timestamp.
+
+        Clamped to [1970, :data:`MAX_TIME_US`], so corrupt timestamps still make valid stamps.
+        """
+        return min(max(0, timestamp_us + self.offset_us), MAX_TIME_US) * 1000
+
+
+def wall_clock(gps_fix: tuple[int, int] | None) -> WallClock:
+    """The rule that places a log in wall-clock time, from its first GPS UTC fix.
+
+    The ``time_ref_utc`` info key does not help here: the ULog spec defines it as the local
+    time zone's offset from UTC in seconds, and the file header's timestamp is boot time too.
+
+    Args:
+        gps_fix: ``(time_utc_usec, timestamp_us)`` of the first GPS sample with a plausible
+            UTC time (see :func:`gps_fix_of`), or None when the log has none.
+
+    Returns:
+        ``offset_us = time_utc_usec - timestamp_us`` from the fix, else an offset of 0.
+    """
+    if gps_fix is None:
+        return WallClock(0, "boot")
+    utc_us, timestamp_us = gps_fix
+    return WallClock(utc_us - timestamp_us, "gps")
+
+
+def gps_fix_of(
+    rows: npt.NDArray[np.void], timestamps_us: npt.NDArray[np.uint64]
+) -> tuple[int, int] | None:
+    """The first ``(time_utc_usec, timestamp_us)`` of GPS rows with a UTC time after 2000."""
+    if rows.dtype.names is None or GPS_UTC_FIELD not in rows.dtype.names:
+        return None
+    utc = rows[GPS_UTC_FIELD].astype(np.uint64)
+    valid = np.flatnonzero(utc >= MIN_PLAUSIBLE_UTC_US)
+    if valid.size == 0:
+        return None
+    first = int(valid[0])
+    return int(utc[first]), int(timestamps_us[first])
+
+
+Progress = Callable[[int, int], None]
+"""``progress(bytes_done, bytes_total)``: called after each chunk of the log is converted."""
+
+CHUNK_SIZE: Final = 1 << 20
+"""Bytes read and parsed at a time: memory stays bounded by this and the writers' chunks."""
+
+LOG_TOPIC: Final = "/rosout"
+"""Where logged strings ('L' and 'C') go, as ROS nodes' log messages do."""
+
+LOG_TYPES: Final[dict[RosVersion, str]] = {
+    RosVersion.ROS1: "rosgraph_msgs/msg/Log",
+    RosVersion.ROS2: "rcl_interfaces/msg/Log",
+}
+"""The standard log message type of each ROS version (Foxglove's Log panel reads both)."""
+
+PARAMETER_TOPIC: Final = "/parameters"
+"""Where parameters go: the initial values at the log's start, then every change."""
+
+MAX_PROBLEMS: Final = 20
+"""Parser reports (corruption, truncation, warnings) kept in the summary; the rest are counted."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSummary:
+    """What an export wrote.
+
+    Attributes:
+        source: The ULog file read.
+        destination: The file written.
+        topics: Topic instances written (one connection or channel each).
+        data_messages: Samples of topic data written.
+        log_messages: Logged strings written to :data:`LOG_TOPIC`.
+        parameter_messages: Parameter values written to :data:`PARAMETER_TOPIC`.
+        clock: How ULog timestamps were mapped to wall-clock time.
+        problems: The first :data:`MAX_PROBLEMS` things the parser reported or the export
+            skipped (corrupt bytes, a truncated end, a format ROS cannot express).
+        problem_count: How many there were in all.
+    """
+
+    source: Path
+    destination: Path
+    topics: int
+    data_messages: int
+    log_messages: int
+    parameter_messages: int
+    clock: WallClock
+    problems: tuple[str, ...]
+    problem_count: int
+
+
+class RosSink(Protocol):
+    """A writer of ROS messages (a bag or an MCAP file) that :func:`export_ros` drives."""
+
+    def add_connection(self, topic: str, typename: str) -> int:
+        """Declare ``topic`` of registered type ``typename``; return its handle."""
+        ...
+
+    def write(self, connection: int, times_ns: Sequence[int], messages: Sequence[object]) -> None:
+        """Serialize and write ``messages`` on ``connection``, stamped ``times_ns``."""
+        ...
+
+    def add_info(self, key: str, value: str) -> None:
+        """Keep one ULog info value (the sink may store it as metadata or ignore it)."""
+        ...
+
+
+def read_events(
+    src: Path, *, chunk_size: int = CHUNK_SIZE
+) -> Iterator[tuple[list[ULogEvent], int, int]]:
+    """Parse ``src`` chunk by chunk: ``(events, bytes_done, bytes_total)`` per chunk.
+
+    Raises:
+        UlogstreamError: The file cannot be read.
+        ULogFormatError: The file is not a ULog file (the message names it).
+    """
+    try:
+        total = src.stat().st_size
+        stream = src.open("rb")
+    except OSError as err:
+        msg = f"cannot read ULog file {src}: {err.strerror or err}"
+        raise UlogstreamError(msg) from err
+    # every row and string carries its own timestamp: batching rows per topic across other
+    # events (unordered) is safe, and cuts the per-batch cost
+    parser = ULogParser(ordered=False)
+    done = 0
+    try:
+        with stream:
+            while chunk := stream.read(chunk_size):
+                done += len(chunk)
+                yield parser.receive_bytes(chunk), done, total
+        yield parser.close(), done, total
+    except ULogFormatError as err:
+        reason = str(err).removesuffix(f" (at byte {err.offset})")
+        msg = f"{src} is not a readable ULog file: {reason}"
+        raise ULogFormatError(msg, offset=err.offset) from None
+    except OSError as err:
+        msg = f"cannot read ULog file {src}: {err.strerror or err}"
+        raise UlogstreamError(msg) from err
+
+
+def scan_wall_clock(src: Path, *, chunk_size: int = CHUNK_SIZE) -> WallClock:
+    """Read ``src`` up to its first GPS UTC fix and apply :func:`wall_clock` to it.
+
+    Stops at the fix, so it costs a full read only for logs without one.
+
+    Raises:
+        UlogstreamError: The file cannot be read or is not a ULog file.
+    """
+    for events, _, _ in read_events(src, chunk_size=chunk_size):
+        for event in events:
+            if isinstance(event, DataRows) and event.subscription.name in GPS_UTC_TOPICS:
+                fix = gps_fix_of(event.rows, event.timestamps_us)
+                if fix is not None:
+                    return wall_clock(fix)
+    return wall_clock(None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Instance:
+    """A topic instance being exported: its sink connection and row converter."""
+
+    connection: int
+    converter: RowConverter
+
+
+class _RosExport:
+    """The state of one export: formats seen, connections opened, counts."""
+
+    def __init__(
+        self, store: Typestore, version: RosVersion, sink: RosSink, clock: WallClock
+    ) -> None:
+        self.store = store
+        self.version = version
+        self.sink = sink
+        self.clock = clock
+        self.formats: dict[str, FormatDefined] = {}
+        self.instances: dict[tuple[str, int], _Instance | None] = {}
+        """Topic instances by ``(name, multi_id)``; None for one that had to be skipped."""
+        self.topics: set[str] = {LOG_TOPIC, PARAMETER_TOPIC}
+        """ROS topic names in use."""
+        self.header_timestamp_us = 0
+        self.log_connection: int | None = None
+        self.parameter_connection: int | None = None
+        self.data_messages = 0
+        self.log_messages = 0
+        self.parameter_messages = 0
+        self.problems: list[str] = []
+        self.problem_count = 0
+        self._time = message_class(store, "builtin_interfaces/msg/Time")
+        self._parameter = message_class(store, PARAMETER_TYPE)
+        self._log = message_class(store, LOG_TYPES[version])
+        self._header = message_class(store, "std_msgs/msg/Header")
+
+    def problem(self, text: str) -> None:
+        self.problem_count += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(text)
+
+    def handle(self, event: ULogEvent) -> None:
+        match event:
+            case DataRows():
+                self.rows(event)
+            case FileHeader(timestamp_us=timestamp_us):
+                self.header_timestamp_us = timestamp_us
+            case FormatDefined():
+                self.formats[event.name] = event
+            case Subscription():
+                self.instance(event)
+            case LoggedString():
+                self.logged_string(event)
+            case Parameter():
+                self.parameter(event)
+            case Info(key=key, value=value):
+                self.sink.add_info(key, value if isinstance(value, str) else repr(value))
+            case Corruption(offset=offset, skipped=skipped, reason=reason):
+                self.problem(f"skipped {skipped} corrupt bytes at byte {offset}: {reason}")
+            case Truncated(offset=offset, size=size):
+                self.problem(f"log ends {size} bytes into a message at byte {offset}")
+            case ParserWarning(offset=offset, text=text):
+                self.problem(f"{text} (at byte {offset})")
+            case _:
+                pass
+
+    def instance(self, subscription: Subscription) -> _Instance | None:
+        key = (subscription.name, subscription.multi_id)
+        if key in self.instances:
+            return self.instances[key]
+        try:
+            converter = RowConverter(
+                self.store, subscription.name, self.formats, itemsize=subscription.dtype.itemsize
+            )
+        except UlogstreamError as err:
+            self.problem(
+                f"topic {subscription.name} instance {subscription.multi_id} skipped: {err}"
+            )
+            self.instances[key] = None
+            return None
+        topic = ros_topic(subscription.name, subscription.multi_id)
+        if topic in self.topics:  # "foo" instance 1 and "foo_1" instance 0 would share a name
+            taken = topic
+            topic = f"/{subscription.name}/instance_{subscription.multi_id}"
+            self.problem(
+                f"topic {subscription.name} instance {subscription.multi_id} written to {topic}: "
+                f"{taken} is another topic instance"
+            )
+        self.topics.add(topic)
+        instance = _Instance(self.sink.add_connection(topic, converter.typename), converter)
+        self.instances[key] = instance
+        return instance
+
+    def rows(self, event: DataRows) -> None:
+        instance = self.instance(event.subscription)
+        if instance is None or len(event.rows) == 0:
+            return
+        messages = instance.converter.messages(event.rows)
+        # uint64 beyond int64 wraps negative here and is clamped to 0 like any corrupt stamp
+        stamps = event.timestamps_us.astype(np.int64) + self.clock.offset_us
+        times_ns: list[int] = (np.clip(stamps, 0, MAX_TIME_US) * 1000).tolist()
+        self.sink.write(instance.connection, times_ns, messages)
+        self.data_messages += len(messages)
+
+    def stamp(self, timestamp_us: int) -> tuple[int, object]:
+        time_ns = self.clock.to_ns(timestamp_us)
+        return time_ns, self._time(sec=time_ns // 10**9, nanosec=time_ns % 10**9)
+
+    def logged_string(self, event: LoggedString) -> None:
+        if self.log_connection is None:
+            typename = LOG_TYPES[self.version]
+            self.log_connection = self.sink.add_connection(LOG_TOPIC, typename)
+        time_ns, stamp = self.stamp(event.timestamp_us)
+        name = "px4" if event.tag is None else f"px4/tag_{event.tag}"
+        level = ros_log_level(event.level, self.version)
+        message: object
+        if self.version is RosVersion.ROS1:
+            header = self._header(seq=self.log_messages, stamp=stamp, frame_id="")
+            message = self._log(
+                header=header,
+                level=level,
+                name=name,
+                msg=event.text,
+                file="",
+                function="",
+                line=0,
+                topics=[],
+            )
+        else:
+            message = self._log(
+                stamp=stamp, level=level, name=name, msg=event.text, file="", function="", line=0
+            )
+        self.sink.write(self.log_connection, [time_ns], [message])
+        self.log_messages += 1
+
+    def parameter(self, event: Parameter) -> None:
+        if self.parameter_connection is None:
+            self.parameter_connection = self.sink.add_connection(PARAMETER_TOPIC, PARAMETER_TYPE)
+        # initial values (definitions section) have no timestamp: they hold from the log's start
+        timestamp_us = (
+            self.header_timestamp_us if event.timestamp_us is None else event.timestamp_us
+        )
+        time_ns, stamp = self.stamp(timestamp_us)
+        is_int = isinstance(event.value, int)
+        message = self._parameter(
+            stamp=stamp,
+            name=event.name,
+            value=float(event.value),
+            type=PARAMETER_TYPE_INT32 if is_int else PARAMETER_TYPE_FLOAT,
+        )
+        self.sink.write(self.parameter_connection, [time_ns], [message])
+        self.parameter_messages += 1
+
+
+def export_ros(
+    src: Path,
+    dst: Path,
+    sink: RosSink,
+    store: Typestore,
+    version: RosVersion,
+    *,
+    clock: WallClock,
+    progress: Progress | None = None,
+    chunk_size: int = CHUNK_SIZE,
+) -> ExportSummary:
+    """Stream every event of ``src`` into ``sink`` as ROS messages of ``store``'s types.
+
+    Memory stays bounded: one chunk of the log and its decoded rows at a time.
+
+    Raises:
+        UlogstreamError: ``src`` cannot be read or is not a ULog file.
+    """
+    state = _RosExport(store, version, sink, clock)
+    for events, done, total in read_events(src, chunk_size=chunk_size):
+        for event in events:
+            state.handle(event)
+        if progress is not None:
+            progress(done, total)
+    return ExportSummary(
+        source=src,
+        destination=dst,
+        topics=sum(instance is not None for instance in state.instances.values()),
+        data_messages=state.data_messages,
+        log_messages=state.log_messages,
+        parameter_messages=state.parameter_messages,
+        clock=clock,
+        problems=tuple(state.problems),
+        problem_count=state.problem_count,
+    )
