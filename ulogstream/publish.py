@@ -6,10 +6,14 @@ receiver's monotonic clock in seconds, passed in by the caller, and the wall-clo
 is given to :meth:`PublishPolicy.log_started`.
 
 Rate caps work per topic instance ``(name, multi_id)`` in receiver time with latest-value
-conflation: when a batch of rows arrives while the instance's slot is closed, its newest row is
-held (replacing any older held row) and :meth:`PublishPolicy.flush_due` publishes it when the slot
-opens, so the latest value is at most one period late. A skipped batch costs a dictionary lookup
-and a comparison; JSON is only built for rows that are published.
+conflation. A batch arriving while the instance's slot is open publishes its newest row at once,
+so a steady topic's samples leave the moment they arrive. A batch arriving while the slot is
+closed is held (replacing any older held row); the next arrival after the slot opens supersedes
+it, and only if none comes within one more period does :meth:`PublishPolicy.flush_due` publish
+the held row, so a topic that pauses still shows its latest value, at most two periods late.
+(Publishing the held row the instant the slot opens would make every sample of a fast topic wait
+up to one arrival interval, phase-locked behind the slot.) A skipped batch costs a dictionary
+lookup and a comparison; JSON is only built for rows that are published.
 """
 
 from __future__ import annotations
@@ -509,7 +513,7 @@ class PublishPolicy:
         return []
 
     def flush_due(self, now: float) -> list[MqttMessage]:
-        """Publish held samples whose slot has opened, and pending params/status updates."""
+        """Publish held samples of paused topics, and pending params/status updates."""
         out: list[MqttMessage] = []
         heap = self._heap
         while heap and heap[0][0] <= now:
@@ -595,13 +599,13 @@ class PublishPolicy:
             return self._encode(inst, event, None)
         held = inst.held
         if now < inst.next_slot:
-            # Slot closed: keep only the newest batch (conflation); the slot opening publishes
-            # its last row.
+            # Slot closed: keep only the newest batch (conflation). The next arrival after the
+            # slot opens supersedes it; if the topic pauses, flush_due publishes it a period later.
             if held is None:
-                inst.held_deadline = inst.next_slot
+                inst.held_deadline = inst.next_slot + period
                 self._heap_seq += 1
                 heapq.heappush(
-                    self._heap, (inst.next_slot, self._heap_seq, event.subscription.msg_id)
+                    self._heap, (inst.held_deadline, self._heap_seq, event.subscription.msg_id)
                 )
             else:
                 self.skipped_samples += len(held.rows)

@@ -260,18 +260,28 @@ def test_rate_cap_publishes_ten_per_second_from_a_hundred() -> None:
     assert policy.skipped_samples >= 200 - 21
 
 
-def test_a_skipped_sample_is_held_and_published_when_the_slot_opens() -> None:
+def test_a_skipped_sample_is_held_and_published_when_the_topic_pauses() -> None:
     policy, sub, _ = fast_instance()
     [first] = policy.select(fast_batch(sub, [1_000]), now=0.0)
     assert sample_times([first]) == [1_000]
     assert policy.select(fast_batch(sub, [2_000, 3_000]), now=0.01) == []
     assert policy.select(fast_batch(sub, [4_000]), now=0.02) == []  # replaces the held one
-    assert policy.next_deadline() == pytest.approx(0.1)
-    assert policy.flush_due(0.09) == []
-    held = policy.flush_due(0.1)
+    assert policy.next_deadline() == pytest.approx(0.2)  # slot opens at 0.1, one period of grace
+    assert policy.flush_due(0.19) == []
+    held = policy.flush_due(0.2)
     assert sample_times(held) == [4_000]  # the latest value, not an intermediate one
     assert policy.flush_due(10.0) == []
     assert policy.skipped_samples == 2
+
+
+def test_an_arrival_after_the_slot_opens_is_published_at_once_and_supersedes_the_held_one() -> None:
+    policy, sub, _ = fast_instance()
+    policy.select(fast_batch(sub, [1_000]), now=0.0)
+    assert policy.select(fast_batch(sub, [2_000]), now=0.05) == []  # held
+    fresh = policy.select(fast_batch(sub, [3_000]), now=0.11)
+    assert sample_times(fresh) == [3_000]  # no wait for a timer: latency is the pipeline's
+    assert policy.flush_due(1.0) == []  # the held 2_000 was superseded, never sent late
+    assert policy.skipped_samples == 1
 
 
 def test_a_batch_arriving_when_the_slot_is_open_publishes_only_its_newest_row() -> None:
