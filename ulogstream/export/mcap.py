@@ -19,10 +19,9 @@ from ulogstream.export.rostypes import (
     ExportSummary,
     Progress,
     RosVersion,
-    WallClock,
     export_ros,
     new_typestore,
-    scan_wall_clock,
+    prepare_export,
 )
 
 if TYPE_CHECKING:
@@ -101,13 +100,7 @@ def export_mcap(
     Raises:
         UlogstreamError: ``dst`` exists, ``src`` cannot be read or is not a ULog file.
     """
-    if dst.exists():
-        msg = f"output file {dst} already exists"
-        raise UlogstreamError(msg)
-    if epoch_offset_us is None:
-        clock = scan_wall_clock(src, chunk_size=chunk_size)
-    else:
-        clock = WallClock(epoch_offset_us, "given")
+    clock = prepare_export(src, dst, epoch_offset_us=epoch_offset_us, chunk_size=chunk_size)
     try:
         stream: BinaryIO = dst.open("xb")
     except FileExistsError:

@@ -20,6 +20,7 @@ import numpy as np
 from rosbags.typesys import Stores, TypesysError, get_types_from_msg, get_typestore
 
 from ulogstream.errors import ULogFormatError, UlogstreamError
+from ulogstream.ulog.dtypes import NUMPY_TYPES
 from ulogstream.ulog.events import (
     Corruption,
     DataRows,
@@ -80,20 +81,8 @@ ROS_BASE_TYPES: Final[dict[str, str]] = {
 }
 """ULog basic types and the ROS types they become."""
 
-_NUMPY_TYPES: Final[dict[str, str]] = {
-    "int8_t": "<i1",
-    "uint8_t": "<u1",
-    "int16_t": "<i2",
-    "uint16_t": "<u2",
-    "int32_t": "<i4",
-    "uint32_t": "<u4",
-    "int64_t": "<i8",
-    "uint64_t": "<u8",
-    "float": "<f4",
-    "double": "<f8",
-    "bool": "?",
-    "char": "<u1",
-}
+_NUMPY_TYPES: Final[dict[str, str]] = {**NUMPY_TYPES, "char": "u1"}
+"""ULog basic types as numpy types; a lone char is a byte (ROS char/uint8)."""
 
 _ROS_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _TYPE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
@@ -785,3 +774,19 @@ def export_ros(
         problems=tuple(state.problems),
         problem_count=state.problem_count,
     )
+
+
+def prepare_export(
+    src: Path, dst: Path, *, epoch_offset_us: int | None, chunk_size: int
+) -> WallClock:
+    """Refuse an existing ``dst``; the wall clock given, or found in ``src``'s first GPS fix.
+
+    Raises:
+        UlogstreamError: ``dst`` exists, or ``src`` cannot be read.
+    """
+    if dst.exists():
+        msg = f"output file {dst} already exists"
+        raise UlogstreamError(msg)
+    if epoch_offset_us is None:
+        return scan_wall_clock(src, chunk_size=chunk_size)
+    return WallClock(epoch_offset_us, "given")
