@@ -1,0 +1,236 @@
+"""Benchmark: ulogstream's ULog reader and incremental parser against pyulog.
+
+Run: ``.venv/bin/python tests/bench/bench_ulog.py [--repeat N] [--large-mb 40]``.
+
+Prints, on the same files in one run: whole-file read throughput (MB/s, messages/s) of
+ulogstream and pyulog on every sample in ../shared/data/ulg and on a generated large file
+(a sample's data section repeated with shifted timestamps), peak memory (ru_maxrss of a fresh
+subprocess) for the large file, and incremental throughput fed 249-byte chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyulog import ULog
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, uninstalled
+from ulogstream.ulog import read
+from ulogstream.ulog.dtypes import compile_format, parse_format
+from ulogstream.ulog.parser import ULogParser
+
+if TYPE_CHECKING:
+    from ulogstream.ulog.events import FormatDefined
+
+SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ulg"
+LARGE_SOURCE = "pyulog__sample.ulg"
+CHUNK = 249
+
+
+def count_messages(data: bytes) -> int:
+    """Count messages with a plain walk (framing only; corrupt tails end the count)."""
+    pos, count = 16, 0
+    while pos + 3 <= len(data):
+        size = data[pos] | data[pos + 1] << 8
+        pos += 3 + size
+        count += 1
+    return count
+
+
+def best_time(func: object, repeat: int) -> float:
+    """The fastest of ``repeat`` calls of ``func`` (the machine is shared: min is stable)."""
+    assert callable(func)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def read_pyulog(path: Path) -> None:
+    """Read with pyulog, silencing its prints."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        ULog(str(path))
+
+
+def feed_chunks(data: bytes, chunk: int = CHUNK) -> int:
+    """Feed ``data`` to a parser ``chunk`` bytes at a time; return the events it gave."""
+    parser = ULogParser()
+    count = 0
+    receive = parser.receive_bytes
+    for start in range(0, len(data), chunk):
+        count += len(receive(data[start : start + chunk]))
+    return count + len(parser.close())
+
+
+def build_large(source: Path, target: Path, min_bytes: int) -> None:
+    """Write ``source`` followed by copies of its 'D'/'L'/'O' data with shifted timestamps."""
+    data = source.read_bytes()
+    pos = 16
+    formats: dict[str, FormatDefined] = {}
+    ts_offset: dict[int, int] = {}
+    body: list[tuple[int, int, bytes]] = []  # (type, msg_id or -1, whole message)
+    first = last = None
+    while pos + 3 <= len(data):
+        size, msg_type = struct.unpack_from("<HB", data, pos)
+        message = data[pos : pos + 3 + size]
+        if len(message) < 3 + size:
+            break
+        payload = message[3:]
+        if msg_type == ord("F"):
+            fmt = parse_format(payload.decode())
+            formats[fmt.name] = fmt
+        elif msg_type == ord("A"):
+            msg_id = struct.unpack_from("<H", payload, 1)[0]
+            stamp = compile_format(payload[3:].decode(), formats).timestamp
+            assert stamp is not None
+            ts_offset[msg_id] = stamp.offset
+        elif msg_type == ord("D"):
+            msg_id = struct.unpack_from("<H", payload, 0)[0]
+            ts = struct.unpack_from("<Q", payload, 2 + ts_offset[msg_id])[0]
+            first = ts if first is None else min(first, ts)
+            last = ts if last is None else max(last, ts)
+            body.append((msg_type, msg_id, message))
+        elif msg_type in {ord("L"), ord("O")}:
+            body.append((msg_type, -1, message))
+        pos += 3 + size
+    assert first is not None
+    assert last is not None
+    span = last - first + 1_000_000
+    with target.open("wb") as out:
+        out.write(data)
+        written, copy = len(data), 1
+        while written < min_bytes:
+            shift = span * copy
+            for msg_type, msg_id, message in body:
+                buf = bytearray(message)
+                if msg_type == ord("D"):
+                    at = 5 + ts_offset[msg_id]
+                    struct.pack_into("<Q", buf, at, struct.unpack_from("<Q", buf, at)[0] + shift)
+                elif msg_type == ord("L"):
+                    struct.pack_into("<Q", buf, 4, struct.unpack_from("<Q", buf, 4)[0] + shift)
+                out.write(buf)
+                written += len(buf)
+            copy += 1
+
+
+_PEAK_SCRIPT = """
+import contextlib, io, sys, tracemalloc
+mode, path, root, traced = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+sys.path.insert(0, root)
+import numpy
+from pyulog import ULog
+from ulogstream.ulog import read
+
+def hwm():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+
+base = hwm()
+if traced:
+    tracemalloc.start()
+if mode == "ulogstream":
+    result = read(path)
+else:
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = ULog(path)
+print(base, hwm(), tracemalloc.get_traced_memory()[1] // 1024 if traced else 0)
+"""
+
+
+def peak_memory(mode: str, path: Path, *, traced: bool) -> tuple[int, int, int]:
+    """(VmHWM after imports, VmHWM at the end, tracemalloc peak) in KiB, in a fresh process.
+
+    VmHWM is per address space, so unlike ru_maxrss it does not inherit this process's peak.
+    """
+    root = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT, mode, str(path), root, "1" if traced else "0"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return int(out[0]), int(out[1]), int(out[2])
+
+
+def main() -> None:
+    """Run every measurement and print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
+    parser.add_argument("--large-mb", type=int, default=40, help="size of the generated file")
+    args = parser.parse_args()
+    files = sorted(SAMPLES.glob("*.ulg"))
+    if not files:
+        print(f"no sample logs in {SAMPLES}; nothing to measure")
+        return
+
+    print(f"{'file':52s} {'MB':>6s} {'msgs':>7s} {'ours MB/s':>10s} {'pyulog':>8s} {'x':>5s}")
+    total_bytes = total_ours = total_py = total_msgs = 0.0
+    for path in files:
+        size = path.stat().st_size
+        msgs = count_messages(path.read_bytes())
+        ours = best_time(lambda p=path: read(p), args.repeat)
+        theirs = best_time(lambda p=path: read_pyulog(p), args.repeat)
+        total_bytes += size
+        total_ours += ours
+        total_py += theirs
+        total_msgs += msgs
+        print(
+            f"{path.name[:52]:52s} {size / 1e6:6.2f} {msgs:7d} {size / ours / 1e6:10.1f} "
+            f"{size / theirs / 1e6:8.1f} {theirs / ours:5.2f}"
+        )
+    print(
+        f"{'aggregate of samples':52s} {total_bytes / 1e6:6.2f} {int(total_msgs):7d} "
+        f"{total_bytes / total_ours / 1e6:10.1f} {total_bytes / total_py / 1e6:8.1f} "
+        f"{total_py / total_ours:5.2f}"
+    )
+    print(f"  messages/s: ours {total_msgs / total_ours:,.0f}, pyulog {total_msgs / total_py:,.0f}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        large = Path(tmp) / "large.ulg"
+        build_large(SAMPLES / LARGE_SOURCE, large, args.large_mb * 1_000_000)
+        size = large.stat().st_size
+        msgs = count_messages(large.read_bytes())
+        ours = best_time(lambda: read(large), args.repeat)
+        theirs = best_time(lambda: read_pyulog(large), args.repeat)
+        print(
+            f"\nlarge file ({size / 1e6:.1f} MB, {msgs} messages, from {LARGE_SOURCE}):\n"
+            f"  read: ours {size / ours / 1e6:.1f} MB/s ({msgs / ours:,.0f} msg/s), "
+            f"pyulog {size / theirs / 1e6:.1f} MB/s ({msgs / theirs:,.0f} msg/s), "
+            f"speed-up {theirs / ours:.2f}x"
+        )
+        base_ours, peak_ours, _ = peak_memory("ulogstream", large, traced=False)
+        base_py, peak_py, _ = peak_memory("pyulog", large, traced=False)
+        traced_ours = peak_memory("ulogstream", large, traced=True)[2]
+        traced_py = peak_memory("pyulog", large, traced=True)[2]
+        print(
+            f"  peak RSS (VmHWM): ours {peak_ours / 1024:.0f} MiB "
+            f"(+{(peak_ours - base_ours) / 1024:.0f} over imports), pyulog {peak_py / 1024:.0f} "
+            f"MiB (+{(peak_py - base_py) / 1024:.0f}); ratio {peak_ours / peak_py:.2f}\n"
+            f"  tracemalloc peak: ours {traced_ours / 1024:.0f} MiB, pyulog "
+            f"{traced_py / 1024:.0f} MiB; ratio {traced_ours / traced_py:.2f}"
+        )
+        data = large.read_bytes()
+        chunked = best_time(lambda: feed_chunks(data), 1)
+        print(f"  incremental, {CHUNK}-byte chunks: {size / chunked / 1e6:.1f} MB/s")
+
+    all_bytes = [path.read_bytes() for path in files]
+    chunked = best_time(lambda: [feed_chunks(d) for d in all_bytes], args.repeat)
+    print(
+        f"incremental, {CHUNK}-byte chunks, all samples: "
+        f"{sum(map(len, all_bytes)) / chunked / 1e6:.1f} MB/s"
+    )
+
+
+if __name__ == "__main__":
+    main()
