@@ -1,0 +1,376 @@
+"""``ulogstream info|messages|params|export``: output content, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+from pyulog import ULog
+
+from ulogstream.cli import (
+    SUBCOMMANDS,
+    ProgressLine,
+    default_kinds,
+    main,
+    summarize,
+    version_string,
+)
+from ulogstream.sim.flightlog import _PERF_PREFLIGHT
+from ulogstream.ulog.writer import ULogWriter
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _assert_one_error_line(status: int, err: str, *needles: str) -> None:
+    assert status != 0
+    assert err.startswith("ulogstream: error: ")
+    assert err.endswith("\n")
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err
+
+
+def _small_log(path: Path, *, tail: bytes = b"") -> Path:
+    """A tiny log with two dropouts, a corrupt stretch and ``tail`` appended."""
+    writer = ULogWriter(timestamp_us=1_000_000)
+    writer.flag_bits()
+    writer.format("t:uint64_t timestamp;float x;")
+    msg_id = writer.add_logged_message("t")
+    for i in range(10):
+        writer.data(msg_id, (2_000_000 + i * 100_000).to_bytes(8, "little") + bytes(4))
+        if i in {3, 6}:
+            writer.dropout(150 if i == 3 else 50)
+    writer.message(0, b"")  # type 0, size 0: cannot be a message
+    writer.message(0, b"")
+    writer.sync()
+    writer.data(msg_id, (3_100_000).to_bytes(8, "little") + bytes(4))
+    path.write_bytes(writer.getvalue() + tail)
+    return path
+
+
+# --- info -----------------------------------------------------------------------------------
+
+
+def test_info_shows_version_duration_and_topics_with_rates(
+    capsys: pytest.CaptureFixture[str], flight_log: Path
+) -> None:
+    status, out, err = _run(capsys, "info", str(flight_log))
+    assert (status, err) == (0, "")
+    assert "ULog version 1" in out
+    assert "Logging start time: 0:00:16, duration: 0:00:19" in out
+    assert "SW version: v1.15.2\n" in out
+    assert " ver_sw_release: 17761023 (v1.15.2)\n" in out
+    assert " sys_name: PX4\n" in out
+    assert "Dropouts: none" in out
+    assert "Corruption: none" in out
+    assert "Truncated" not in out
+    assert "Parameters: 57 initial, 2 changed, 13 defaults" in out
+    assert "Logged messages: 10 (1 tagged)" in out
+    lines = {line.split(" (")[0].strip(): line for line in out.splitlines() if " (" in line}
+    assert lines["sensor_combined"].split()[-3:] == ["4000", "200.0", "192000"]
+    assert lines["vehicle_attitude"].split()[-2] == "100.0"
+    assert "sensor_gyro (1, 44)" in out  # as in the file: trailing padding left out
+    # multi-info is counted, not shown, without --verbose
+    assert "perf_counter_preflight: 1" in out
+    assert "logger_sd_write" not in out
+
+
+def test_info_verbose_shows_multi_info_with_continued_pieces_joined(
+    capsys: pytest.CaptureFixture[str], flight_log: Path
+) -> None:
+    status, out, _ = _run(capsys, "info", "--verbose", str(flight_log))
+    assert status == 0
+    assert " perf_counter_preflight [0]:\n" in out
+    for line in _PERF_PREFLIGHT.splitlines():
+        assert f"   {line}\n" in out  # lines cut between 'M' pieces come out whole
+
+
+def test_info_reports_dropouts_corruption_and_truncation(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = _small_log(tmp_path / "damaged.ulg", tail=b"\x20\x00D\x00\x00\x01")
+    status, out, _ = _run(capsys, "info", str(log))
+    assert status == 0
+    assert "Dropouts: count 2, total 0.2 s, max 150 ms, mean 100 ms" in out
+    assert "Corruption: 1 region(s)" in out
+    assert "Truncated: the log ends 6 bytes into a message at offset" in out
+    assert " t (0, 12)" in out
+
+
+def test_version_string_names_the_release_type() -> None:
+    assert version_string(0x010F02FF) == "v1.15.2"
+    assert version_string(0x010E00C0) == "v1.14.0 (RC)"
+    assert version_string(0x01110080) == "v1.17.0 (beta)"
+    assert version_string(0x01110040) == "v1.17.0 (alpha)"
+    assert version_string(0x010B0200) == "v1.11.2 (dev)"
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+def test_messages_lists_logged_strings_with_time_level_and_tag(
+    capsys: pytest.CaptureFixture[str], flight_log: Path
+) -> None:
+    status, out, _ = _run(capsys, "messages", str(flight_log))
+    assert status == 0
+    lines = out.splitlines()
+    assert len(lines) == 10
+    assert lines[0].split(maxsplit=2) == [
+        "0.080",
+        "INFO",
+        "[logger] /fs/microsd/log/2024-05-01/10_00_00.ulg",
+    ]
+    assert any(line.split()[1:3] == ["WARNING", "Preflight:"] for line in lines)
+    assert any(line.split()[1] == "DEBUG" for line in lines)
+    tagged = [line for line in lines if "[tag 327]" in line]
+    assert tagged == ["    19.700 INFO    [tag 327] [commander] Mission finished, landed"]
+    times = [float(line.split()[0]) for line in lines]
+    assert times == sorted(times)
+
+
+# --- params ---------------------------------------------------------------------------------
+
+
+def test_params_shows_initial_values_sorted_in_their_shortest_form(
+    capsys: pytest.CaptureFixture[str], flight_log: Path
+) -> None:
+    status, out, _ = _run(capsys, "params", str(flight_log))
+    assert status == 0
+    lines = out.splitlines()
+    assert len(lines) == 57
+    assert lines == sorted(lines)
+    assert "MC_ROLLRATE_P 0.15" in lines  # float32 on the wire, shown as written
+    assert "SYS_AUTOSTART 4001" in lines
+    assert not any(line.startswith("#") for line in lines)
+
+
+def test_params_changes_have_times_since_start(
+    capsys: pytest.CaptureFixture[str], flight_log: Path
+) -> None:
+    status, out, _ = _run(capsys, "params", "--changes", str(flight_log))
+    assert status == 0
+    rows = [line.split() for line in out.splitlines()]
+    assert [row[1:] for row in rows] == [["MPC_XY_CRUISE", "7.5"], ["COM_DISARM_LAND", "1.0"]]
+    assert float(rows[0][0]) == pytest.approx(8.0, abs=0.05)
+    assert float(rows[1][0]) == pytest.approx(18.0, abs=0.05)
+
+
+def test_params_defaults_name_their_kind(
+    capsys: pytest.CaptureFixture[str], flight_log: Path
+) -> None:
+    status, out, _ = _run(capsys, "params", "--defaults", str(flight_log))
+    assert status == 0
+    lines = out.splitlines()
+    assert "SYS_AUTOSTART 0 system" in lines
+    assert "SYS_AUTOSTART 4001 current_setup" in lines
+    assert "MPC_THR_HOVER 0.5 system,current_setup" in lines
+
+
+def test_params_all_prints_every_section_under_a_heading(
+    capsys: pytest.CaptureFixture[str], flight_log: Path
+) -> None:
+    _, out, _ = _run(capsys, "params", "--all", str(flight_log))
+    headings = [line for line in out.splitlines() if line.startswith("#")]
+    assert headings == ["# initial values", "# changes (seconds since start)", "# defaults"]
+    assert len(out.splitlines()) == 3 + 57 + 2 + 13
+
+
+def test_default_kinds_names_unknown_bits() -> None:
+    assert default_kinds(0) == "none"
+    assert default_kinds(0b101) == "system,0x04"
+
+
+# --- export ---------------------------------------------------------------------------------
+
+
+def test_export_csv_reports_what_it_wrote(
+    capsys: pytest.CaptureFixture[str], flight_log: Path, tmp_path: Path
+) -> None:
+    status, out, err = _run(capsys, "export", str(flight_log), "--out", str(tmp_path / "csv"))
+    assert (status, err) == (0, "")
+    assert out.startswith("wrote 16 CSV files (")
+    assert (tmp_path / "csv" / "flight_sensor_gyro_1.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    ("kind", "suffix", "magic"),
+    [("mcap", ".mcap", b"\x89MCAP0\r\n"), ("rosbag", ".bag", b"#ROSBAG V2.0\n")],
+)
+def test_export_rosbag_and_mcap_write_their_file_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str, suffix: str, magic: bytes
+) -> None:
+    log = _small_log(tmp_path / "small.ulg")
+    out_file = tmp_path / f"out{suffix}"
+    status, out, err = _run(capsys, "export", str(log), "-f", kind, "-o", str(out_file))
+    assert (status, err) == (0, "")
+    assert out.startswith(f"wrote {out_file}: 1 topics, 11 messages")
+    assert out_file.read_bytes().startswith(magic)
+    status, _, err = _run(capsys, "export", str(log), "-f", kind, "-o", str(out_file))
+    _assert_one_error_line(status, err, str(out_file), "already exists")
+
+
+def test_export_warns_about_corruption_on_stderr(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = _small_log(tmp_path / "damaged.ulg")
+    status, _, err = _run(capsys, "export", str(log), "-o", str(tmp_path / "csv"))
+    assert status == 0
+    assert err.startswith(f"ulogstream: warning: {log}: skipped ")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_redraws_on_a_terminal_only() -> None:
+    terminal = _Terminal()
+    progress = ProgressLine(terminal, "exporting x.ulg")
+    for done in (0, 1_000_000, 1_000_001, 2_000_000):
+        progress(done, 2_000_000)
+    progress.done()
+    progress.done()
+    assert terminal.getvalue() == (
+        "\rexporting x.ulg:   0% (0.0 of 2.0 MB)"
+        "\rexporting x.ulg:  50% (1.0 of 2.0 MB)"
+        "\rexporting x.ulg: 100% (2.0 of 2.0 MB)\n"
+    )
+    pipe = io.StringIO()
+    silent = ProgressLine(pipe, "exporting")
+    silent(1, 2)
+    silent.done()
+    assert pipe.getvalue() == ""
+
+
+# --- bad input: one line on stderr, non-zero exit -------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["info", "messages", "params", "export"])
+def test_missing_file_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    missing = tmp_path / "nope.ulg"
+    extra = ["--out", str(tmp_path / "out")] if command == "export" else []
+    status, out, err = _run(capsys, command, str(missing), *extra)
+    _assert_one_error_line(status, err, str(missing))
+    assert out == ""
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["info", "messages", "params", "export"])
+def test_file_that_is_not_ulog_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("these are not the logs you are looking for\n")
+    extra = ["--out", str(tmp_path / "out")] if command == "export" else []
+    status, _, err = _run(capsys, command, str(bogus), *extra)
+    _assert_one_error_line(status, err, str(bogus), "magic")
+
+
+def test_refused_incompat_flags_are_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    writer = ULogWriter()
+    writer.flag_bits(incompat_flags=bytes([0x02]) + bytes(7))
+    log = tmp_path / "future.ulg"
+    log.write_bytes(writer.getvalue())
+    status, _, err = _run(capsys, "info", str(log))
+    _assert_one_error_line(status, err, str(log), "incompat")
+
+
+def test_unwritable_output_directory_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], flight_log: Path, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    status, _, err = _run(capsys, "export", str(flight_log), "--out", str(blocker / "csv"))
+    _assert_one_error_line(status, err, str(blocker / "csv"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["frobnicate"], ["export", "x.ulg"], ["export", "x.ulg", "-o", "d", "-f", "xls"]],
+)
+def test_bad_arguments_are_one_error_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    _, err = capsys.readouterr()
+    _assert_one_error_line(int(str(info.value.code)), err, "--help")
+
+
+def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in SUBCOMMANDS:
+        with pytest.raises(SystemExit) as info:
+            main([command.name, "--help"])
+        assert info.value.code == 0
+        assert command.help in capsys.readouterr().out
+
+
+# --- a real process -------------------------------------------------------------------------
+
+
+def _python_m(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONWARNINGS": "error"}
+    return subprocess.run(
+        [sys.executable, "-m", "ulogstream", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_python_m_ulogstream_runs_info(flight_log: Path) -> None:
+    result = _python_m("info", str(flight_log))
+    assert result.returncode == 0, result.stderr
+    assert "SW version: v1.15.2" in result.stdout
+    assert result.stderr == ""
+
+
+def test_python_m_ulogstream_reports_bad_input_without_traceback(tmp_path: Path) -> None:
+    bogus = tmp_path / "bogus.ulg"
+    bogus.write_bytes(b"\0" * 64)
+    result = _python_m("messages", str(bogus))
+    assert result.returncode == 1
+    _assert_one_error_line(result.returncode, result.stderr, str(bogus))
+
+
+@pytest.mark.slow
+@pytest.mark.shared
+def test_info_agrees_with_pyulog_on_the_sample_logs(shared_ulg_files: list[Path]) -> None:
+    for log in shared_ulg_files:
+        summary = summarize(log)
+        ulog = ULog(str(log))
+        if ulog.file_corruption or summary.corruption:
+            continue  # the parsers recover differently (see tests/ulog)
+        assert summary.start_us == ulog.start_timestamp, log.name
+        assert summary.last_us == ulog.last_timestamp, log.name
+        counts = {(d.name, d.multi_id): len(d.data["timestamp"]) for d in ulog.data_list}
+        ours = {key: stats.count for key, stats in summary.topics.items() if stats.count}
+        assert ours == counts, log.name
+        sizes = {
+            (d.name, d.multi_id): sum(ULog.get_field_size(f.type_str) for f in d.field_data)
+            for d in ulog.data_list
+        }
+        assert {key: summary.topics[key].message_size for key in sizes} == sizes, log.name
+        assert len(summary.dropouts) == len(ulog.dropouts), log.name
+        assert summary.initial_parameters == ulog.initial_parameters, log.name
+        assert len(summary.logged) == len(ulog.logged_messages) + sum(
+            len(messages) for messages in ulog.logged_messages_tagged.values()
+        ), log.name
