@@ -1,0 +1,234 @@
+"""``ulogstream demo``: a simulated PX4 streams a generated flight over UDP; we record it.
+
+No vehicle, broker or files are needed: the flight log is generated with our own writer, the
+simulated PX4 streams it exactly as PX4's logger does (with a little packet loss), and the
+recorder (the same one ``ulogstream run`` uses) records and decodes it live. A live view shows
+the topics with their rates; at the end a summary says what was recovered and how to open it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from ulogstream.config import LinkSettings, MqttSettings, RecordingSettings, Settings
+from ulogstream.daemon import Recorder, RecorderStatus
+from ulogstream.sim import USB_LINK_RATE
+from ulogstream.sim.faults import FaultConfig
+from ulogstream.sim.flightlog import generate_flight_log
+from ulogstream.sim.runner import run_vehicle
+from ulogstream.sim.vehicle import VehicleConfig
+from ulogstream.ulog.reader import read
+
+if TYPE_CHECKING:
+    from ulogstream.adapters.file_sink import FinishedLog
+    from ulogstream.sim.runner import SimSummary
+
+VIEW_INTERVAL_S = 0.5
+"""Refresh period of the live view."""
+
+QUIET_BEFORE_STOP_S = 1.0
+"""Once the simulated PX4 has sent its whole log and nothing arrived for this long, stop."""
+
+PLAIN_PROGRESS_INTERVAL_S = 2.0
+"""Period of the progress lines printed when the output is not a terminal."""
+
+MAX_TOPIC_ROWS = 18
+"""Topic instances shown in the live view (most samples first)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DemoOptions:
+    """What ``ulogstream demo`` takes.
+
+    Attributes:
+        out_dir: Where the recording goes (``{out}/{YYYY-MM-DD}/{HH_MM_SS}.ulg``).
+        duration_s: Length of the generated flight.
+        speed: Replay speed of the flight's time (3 streams a 30 s flight in about 10 s).
+        loss: Probability that the link loses a LOGGING_DATA packet.
+        seed: Seeds the flight and the losses: equal options give equal runs.
+        mqtt_url: Also publish live to this broker (``mqtt://HOST[:PORT]``).
+    """
+
+    out_dir: Path = Path("recordings")
+    duration_s: float = 30.0
+    speed: float = 3.0
+    loss: float = 0.01
+    seed: int = 1
+    mqtt_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DemoResult:
+    """What the demo recorded, measured against what the simulated PX4 streamed."""
+
+    recording: Path | None
+    source: Path
+    source_samples: int
+    recorded_samples: int
+    flight_s: float
+    status: RecorderStatus
+    sim: SimSummary | None
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
+    """Generate, stream, record and decode a flight; ``view`` gets the live view (a terminal).
+
+    Raises:
+        UlogstreamError: The recording could not be made (a clear message says why).
+    """
+    with tempfile.TemporaryDirectory(prefix="ulogstream-demo-") as tmp:
+        source = Path(tmp) / "simulated-flight.ulg"
+        flight = generate_flight_log(source, duration_s=options.duration_s, seed=options.seed)
+        port = _free_udp_port()
+        settings = Settings(
+            link=LinkSettings(connection=f"udpin:127.0.0.1:{port}"),
+            recording=RecordingSettings(out_dir=options.out_dir, min_free_mb=50),
+            mqtt=MqttSettings(url=options.mqtt_url, vehicle_id="demo"),
+        )
+        recorder = Recorder(settings, once=True)
+        recorder_task = asyncio.create_task(recorder.run())
+        sim_stop = asyncio.Event()
+        sim_task = asyncio.create_task(
+            run_vehicle(
+                source,
+                f"udpout:127.0.0.1:{port}",
+                config=VehicleConfig(link_rate=USB_LINK_RATE, speed=options.speed),
+                faults=FaultConfig(loss=options.loss, seed=options.seed),
+                keep_deliveries=False,
+                stop_event=sim_stop,
+            )
+        )
+        started = time.monotonic()
+        await _watch(recorder, recorder_task, view, options, started)
+        await recorder_task
+        sim_stop.set()
+        sim: SimSummary | None = None
+        with contextlib.suppress(TimeoutError):
+            sim = await asyncio.wait_for(sim_task, 5.0)
+        finished: list[FinishedLog] = recorder.status.finished
+        recording = finished[-1].path if finished else None
+        recorded = 0
+        if recording is not None:
+            recorded = sum(len(topic.data) for topic in read(recording).topics.values())
+        return DemoResult(
+            recording=recording,
+            source=source,
+            source_samples=sum(flight.data_counts.values()),
+            recorded_samples=recorded,
+            flight_s=flight.duration_s,
+            status=recorder.status,
+            sim=sim,
+        )
+
+
+async def _watch(
+    recorder: Recorder,
+    recorder_task: asyncio.Task[int],
+    view: TextIO | None,
+    options: DemoOptions,
+    started: float,
+) -> None:
+    """Draw the live view until the log is streamed, then stop the recorder with the handshake."""
+    drawn = 0
+    next_line = started
+    last_packets, quiet_since = -1, time.monotonic()
+    while not recorder_task.done():
+        await asyncio.sleep(VIEW_INTERVAL_S)
+        status = recorder.status
+        if recorder.pipeline is not None:
+            recorder.pipeline.refresh_status()
+        now = time.monotonic()
+        if status.packets != last_packets:
+            last_packets, quiet_since = status.packets, now
+        elif status.packets and now - quiet_since >= QUIET_BEFORE_STOP_S:
+            recorder.request_stop()
+        if view is not None:
+            drawn = _redraw(view, view_lines(recorder, options, now - started), drawn)
+        elif now >= next_line:
+            # Not a terminal (a pipe, CI): a plain progress line every few seconds.
+            sys.stdout.write(f"{now - started:5.1f} s  {recorder.status_text()}\n")
+            sys.stdout.flush()
+            next_line = now + PLAIN_PROGRESS_INTERVAL_S
+
+
+def view_lines(recorder: Recorder, options: DemoOptions, elapsed_s: float) -> list[str]:
+    """The live view: link, file, counters, then topic instances with their logged rates."""
+    status = recorder.status
+    lines = [
+        (
+            f"ulogstream demo: simulated PX4 -> UDP loopback ({options.loss:.0%} loss) -> recorder"
+            f"   {elapsed_s:5.1f} s"
+        ),
+        recorder.status_text(),
+        "",
+        f"{'topic':<32}{'inst':>5}{'samples':>10}{'rate Hz':>10}",
+    ]
+    ranked = sorted(status.topics.items(), key=lambda item: -item[1].samples)
+    for (name, multi_id), stats in ranked[:MAX_TOPIC_ROWS]:
+        span_s = (stats.last_timestamp_us - stats.first_timestamp_us) / 1e6
+        rate = (stats.samples - 1) / span_s if span_s > 0 else 0.0
+        lines.append(f"{name:<32}{multi_id:>5}{stats.samples:>10}{rate:>10.1f}")
+    if len(ranked) > MAX_TOPIC_ROWS:
+        lines.append(f"... and {len(ranked) - MAX_TOPIC_ROWS} more topic instances")
+    return lines
+
+
+def _redraw(view: TextIO, lines: list[str], drawn: int) -> int:
+    if drawn:
+        view.write(f"\x1b[{drawn}F")
+    view.write("".join(f"\x1b[2K{line}\n" for line in lines))
+    view.write("\x1b[J")
+    view.flush()
+    return len(lines)
+
+
+def summary_lines(result: DemoResult, options: DemoOptions) -> list[str]:
+    """The closing summary: the file, what was recovered, and how to open it."""
+    status = result.status
+    if result.recording is None:
+        return [f"nothing was recorded: {status.error or 'the simulated PX4 sent no log'}"]
+    size_mb = result.recording.stat().st_size / 1e6
+    share = result.recorded_samples / result.source_samples if result.source_samples else 0.0
+    path = result.recording
+    lines = [
+        f"Recorded {path} ({size_mb:.2f} MB, {result.flight_s:.0f} s of flight).",
+        (
+            f"  {status.packets} packets received; {status.packets_lost} lost in "
+            f"{status.gaps} gaps, marked by {status.dropouts} measured dropouts."
+        ),
+        (
+            f"  {result.recorded_samples} of {result.source_samples} samples recovered"
+            f" ({share:.1%}): every whole message the link delivered."
+        ),
+        "Open it:",
+        f"  ulogstream info {path}",
+        f"  PlotJuggler: plotjuggler -d {path}   (or File > Load Data)",
+        "  Foxglove: open the .ulg in Foxglove (desktop app or web)",
+    ]
+    if options.mqtt_url is None:
+        lines += [
+            "See the topics live on MQTT: start a broker (e.g. mosquitto) and run",
+            "  ulogstream demo --mqtt mqtt://localhost",
+            "  mosquitto_sub -t 'ulogstream/demo/#' -v",
+        ]
+    else:
+        lines.append(
+            f"Published {status.mqtt_published} MQTT messages to {options.mqtt_url}"
+            f" ({status.mqtt_dropped} dropped) under ulogstream/demo/."
+        )
+    return lines
