@@ -335,8 +335,8 @@ class MavlinkCodec:
                 component_id=component_id,
             )
         if msg_id == MAVLINK_MSG_ID_COMMAND_ACK:
-            if not self._addressed_to_us(decoded.target_system, decoded.target_component):
-                return None
+            # Not filtered by target: PX4 sends COMMAND_ACKs on every link, and another client's
+            # accepted LOGGING_STOP is how the session learns that our stream ended.
             return CommandAck(
                 command=decoded.command,
                 result=decoded.result,

@@ -244,17 +244,24 @@ def test_impossible_length_is_rejected_as_bad() -> None:
     assert codec.bad_frames == 1
 
 
-def test_frames_addressed_to_someone_else_are_dropped_and_counted() -> None:
+def test_logging_frames_addressed_to_someone_else_are_dropped_and_counted() -> None:
     mav = pymavlink_vehicle()
     codec = receiver()
     other_system = logging_frame(mav, 1, b"a", target=(254, 155))
     other_component = logging_frame(mav, 2, b"b", target=(255, 190))
     broadcast = logging_frame(mav, 3, b"c", target=(255, 0))
-    ack_for_qgc = vehicle().encode_command_ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED, 255, 190)
-    decoded = codec.decode(other_system + other_component + broadcast + ack_for_qgc)
+    decoded = codec.decode(other_system + other_component + broadcast)
     assert [m.sequence for m in decoded if isinstance(m, LoggingPacket)] == [3]
     assert len(decoded) == 1
-    assert codec.foreign_frames == 3
+    assert codec.foreign_frames == 2
+
+
+def test_command_acks_for_other_clients_pass_for_the_session_to_judge() -> None:
+    # Another client's accepted LOGGING_STOP ends our stream too (PX4 has only one).
+    ack_for_qgc = vehicle().encode_command_ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED, 255, 190)
+    [ack] = receiver().decode(ack_for_qgc)
+    assert isinstance(ack, CommandAck)
+    assert (ack.target_system, ack.target_component) == (255, 190)
 
 
 def test_other_messages_are_ignored_and_counted() -> None:

@@ -23,6 +23,7 @@ from ulogstream.errors import StreamProtocolError
 from ulogstream.stream.packets import LoggingPacket
 from ulogstream.stream.reassembler import (
     DATA_SECTION_TYPES,
+    PACKET0_COPY_WINDOW,
     FramingMismatch,
     LogEnded,
     LogEndReason,
@@ -141,6 +142,17 @@ def test_copy_of_packet_zero_later_is_a_duplicate_not_a_new_log() -> None:
     assert of_type(outputs, LogEnded) == []
     assert reassembler.counters.duplicates == 1
     assert reassembler.counters.logs == 1
+
+
+def test_identical_packet_zero_far_into_a_log_starts_a_new_log() -> None:
+    # A SITL reboot in lockstep repeats the header and definitions byte for byte.
+    reassembler = LogStreamReassembler()
+    copy_at = PACKET0_COPY_WINDOW + 2
+    outputs = feed([*PACKETS[:copy_at], *PACKETS], reassembler)
+    assert of_type(outputs, LogEnded) == [LogEnded(LogEndReason.NEW_LOG, complete=False)]
+    assert reassembler.counters.logs == 2
+    second = outputs[outputs.index(LogEnded(LogEndReason.NEW_LOG, complete=False)) :]
+    assert written(second) == ULOG
 
 
 def test_older_packet_arriving_late_is_dropped_as_stale() -> None:
@@ -505,7 +517,10 @@ def deliveries(draw: st.DrawFn, count: int) -> list[tuple[int, float]]:
                 held = index
                 continue
             case "stale":
-                order += [index, draw(st.integers(0, index))]
+                # A late copy of packet 0 can only trail its log closely (stop-and-wait); past
+                # that window an identical packet 0 is a new log (tested on its own).
+                oldest = 0 if index < PACKET0_COPY_WINDOW else 1
+                order += [index, draw(st.integers(oldest, index))]
             case _:
                 pass
         if held is not None:

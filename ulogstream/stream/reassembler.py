@@ -177,6 +177,11 @@ class StreamCounters:
     """Logs started."""
 
 
+PACKET0_COPY_WINDOW = 16
+"""A packet 0 equal to the open log's is a resent copy only while the log is younger than this
+many packets; later it starts a new log."""
+
+
 def _dropout_ms(seconds: float) -> int:
     return round(seconds * 1000.0)
 
@@ -302,8 +307,12 @@ class LogStreamReassembler:
 
     def _receive_log_start(self, data: bytes, now: float, out: OutputSink) -> None:
         if self.log_open:
-            if data == self._first_packet:
-                self.counters.duplicates += 1  # a copy of this log's packet 0 (lost ack)
+            if data == self._first_packet and self._last_sequence < PACKET0_COPY_WINDOW:
+                # A copy of this log's packet 0, resent because our ack was late or lost. The
+                # definitions go stop-and-wait, so such a copy trails its log by a packet or
+                # two at most; further on, an identical packet 0 is a new log (a SITL reboot in
+                # lockstep repeats the header and definitions byte for byte).
+                self.counters.duplicates += 1
                 return
             self.end_log(LogEndReason.NEW_LOG, complete=False, out=out)
         if not self.accept_new_logs:
