@@ -13,6 +13,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
@@ -65,6 +66,9 @@ REJECTED_RETRY_S = 30.0
 STATUS_INTERVAL_S = 0.5
 """Refresh period of the terminal status line and the MQTT status counters."""
 
+TIMER_TICK_S = 0.05
+"""Longest sleep of the timer loop: deadlines set while it sleeps are late by at most this."""
+
 LOSS_WARNING_INTERVAL_S = 5.0
 """Least seconds between two packet-loss warnings in the log (the counters keep the rest)."""
 
@@ -74,6 +78,7 @@ class TopicStats:
     """Samples of one topic instance seen in the current log."""
 
     samples: int = 0
+    first_timestamp_us: int = 0
     last_timestamp_us: int = 0
 
 
@@ -102,6 +107,16 @@ class RecorderStatus:
     topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
     finished: list[FinishedLog] = field(default_factory=list)
     error: str | None = None
+
+
+@dataclass(slots=True)
+class _HeldLog:
+    """A log that began while the previous log's file was still being closed."""
+
+    timestamp_us: int
+    chunks: list[bytes] = field(default_factory=list)
+    end: str | None = None
+    """Set when the log ended before its file could be opened."""
 
 
 class Publisher:
@@ -157,6 +172,9 @@ class Pipeline:
         self._on_log_ended = on_log_ended
         self._parser: ULogParser | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._held: deque[_HeldLog] = deque()
+        """Logs that began while the previous file was still being closed, oldest first."""
+        self._file_closing = False
         self._last_loss_warning = -LOSS_WARNING_INTERVAL_S
         self.rejected: StreamRejected | None = None
         self.ended = asyncio.Event()
@@ -179,6 +197,12 @@ class Pipeline:
                     later.append(output)
         if later:
             self.execute(later, now)
+            publisher = self.publisher
+            if publisher is not None:
+                # Held samples of paused topics come due between timer ticks: send them now.
+                deadline = publisher.policy.next_deadline()
+                if deadline is not None and deadline <= now:
+                    publisher.offer(publisher.policy.flush_due(now))
 
     # -- everything else -----------------------------------------------------------------
 
@@ -259,11 +283,10 @@ class Pipeline:
                     self.ended.set()
 
     def _write(self, data: bytes, now: float) -> None:
-        if self.sink.is_open:
-            try:
-                self.sink.write(data)
-            except DiskFullError as err:
-                self._disk_full(err, now)
+        if self._held:
+            self._held[-1].chunks.append(data)
+        else:
+            self._write_file(data, now)
         parser = self._parser
         if parser is None:
             return
@@ -279,6 +302,13 @@ class Pipeline:
         if self.publisher is not None:
             self.publisher.events(events, now)
 
+    def _write_file(self, data: bytes, now: float) -> None:
+        if self.sink.is_open:
+            try:
+                self.sink.write(data)
+            except DiskFullError as err:
+                self._disk_full(err, now)
+
     def _count(self, events: list[ULogEvent]) -> None:
         topics = self.status.topics
         for event in events:
@@ -288,13 +318,25 @@ class Pipeline:
                 stats = topics.get(key)
                 if stats is None:
                     stats = topics[key] = TopicStats()
+                stamps = event.timestamps_us
+                if len(stamps):
+                    if not stats.samples:
+                        stats.first_timestamp_us = int(stamps[0])
+                    stats.last_timestamp_us = int(stamps[-1])
                 stats.samples += len(event.rows)
-                if len(event.timestamps_us):
-                    stats.last_timestamp_us = int(event.timestamps_us[-1])
 
     def _log_started(self, timestamp_us: int, now: float) -> None:
         self.status.topics.clear()
         self._parser = ULogParser()
+        if self._file_closing:
+            # The previous log ended moments ago (a reboot: often in this very chunk) and its
+            # file is still being closed: hold this log's bytes until _finish_file frees the sink.
+            self._held.append(_HeldLog(timestamp_us))
+            self.status.state = "streaming"
+            return
+        self._open_file(timestamp_us, now)
+
+    def _open_file(self, timestamp_us: int, now: float) -> None:
         path: Path | None = None
         try:
             started = self.sink.start_log()
@@ -324,26 +366,47 @@ class Pipeline:
             self._count(events)
             if self.publisher is not None:
                 self.publisher.events(events, now)
-        if self.sink.is_open:
-            how = "complete" if ended.complete else "incomplete: the stream stopped unannounced"
-            self._spawn(self._finish_file(f"{how}; {ended.reason}"))
+        how = "complete" if ended.complete else "incomplete: the stream stopped unannounced"
+        self._close_file(f"{how}; {ended.reason}")
         self.status.state = "idle"
         self.status.log_path = None
         if self._on_log_ended is not None:
             self._on_log_ended(ended)
 
+    def _close_file(self, how: str) -> None:
+        """Finish the current log's file (when its bytes are held: once it has been opened)."""
+        if self._held:
+            self._held[-1].end = how
+        elif self.sink.is_open and not self._file_closing:
+            self._file_closing = True
+            self._spawn(self._finish_file(how))
+
     async def _finish_file(self, how: str) -> None:
         finished = await self.sink.aclose()
+        self._file_closing = False
         self.status.finished.append(finished)
         self.status.logs_finished += 1
         logger.info("log finished: %s (%d bytes, %s)", finished.path, finished.size, how)
+        if not self._held:
+            return
+        held = self._held.popleft()
+        now = time.monotonic()
+        self._open_file(held.timestamp_us, now)
+        if not self.sink.is_open:  # the disk is full: the pipeline is stopping
+            self._held.clear()
+            return
+        for data in held.chunks:
+            self._write_file(data, now)
+        if held.end is not None:
+            self.status.log_path = None
+            self._file_closing = True
+            self._spawn(self._finish_file(held.end))
 
     def _disk_full(self, err: DiskFullError, now: float) -> None:
         logger.error("%s", err)
         self.status.error = str(err)
         self.fatal = err
-        if self.sink.is_open:
-            self._spawn(self._finish_file("stopped: disk full"))
+        self._close_file("stopped: disk full")
         self.stop(now)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
@@ -361,8 +424,7 @@ class Pipeline:
         if self._parser is not None:
             self._count(self._parser.close())
             self._parser = None
-        if self.sink.is_open:
-            self._spawn(self._finish_file("incomplete: the link was lost"))
+        self._close_file("incomplete: the link was lost")
         self.status.state = "link lost"
         self.status.log_path = None
 
@@ -515,6 +577,8 @@ class Recorder:
             try:
                 transport = await open_transport(self._spec)
             except LinkError as err:
+                if self.once and self.pipeline is None:
+                    raise  # record --once: no link to wait for; one clear error, exit non-zero
                 if str(err) != last_error:
                     logger.warning("%s; retrying", err)
                     last_error = str(err)
@@ -568,8 +632,10 @@ class Recorder:
             done = self._stop_requested.is_set() or pipeline.fatal is not None
         except* LinkError as errors:
             logger.warning("%s", errors.exceptions[0])
+            log_was_open = session.log_open
             pipeline.end_log_now()
-            done = self._stop_requested.is_set()
+            # record --once: the lost link ended the first log, so it is done.
+            done = self._stop_requested.is_set() or (self.once and log_was_open)
         await pipeline.drain()
         if pipeline.fatal is not None or (pipeline.rejected is not None and self.once):
             self.exit_code = 1
@@ -609,7 +675,9 @@ class Recorder:
                     raise _PipelineDone
             pipeline.timer(now)
             deadline = pipeline.next_deadline()
-            delay = 0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic()))
+            delay = TIMER_TICK_S
+            if deadline is not None:
+                delay = min(delay, max(0.0, deadline - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop_requested.wait(), delay)
             if self._stop_requested.is_set() and stopping:
@@ -621,7 +689,7 @@ class Recorder:
             self._stop_requested.set()
 
     async def _status_loop(self) -> None:
-        watchdog = watchdog_interval()
+        watchdog = watchdog_interval() if self.settings.systemd.watchdog else None
         next_watchdog = 0.0
         next_notify = 0.0
         started = time.monotonic()

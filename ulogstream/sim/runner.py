@@ -39,6 +39,7 @@ from ulogstream.sim.vehicle import (
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
     from ulogstream.adapters.transport import Transport
 
@@ -158,6 +159,7 @@ async def run_vehicle(
     repeat: bool = False,
     keep_deliveries: bool = True,
     stop_event: asyncio.Event | None = None,
+    on_log_delivered: Callable[[int], None] | None = None,
 ) -> SimSummary:
     """Serve a simulated PX4 that streams ``log`` on ``connection`` until told to stop.
 
@@ -175,6 +177,8 @@ async def run_vehicle(
         repeat: Keep serving after a STOP (each START streams the log again, as a new log).
         keep_deliveries: Return every delivered frame in :attr:`SimSummary.deliveries`.
         stop_event: Set it to end the run.
+        on_log_delivered: Called once per log (with its index) when everything up to the
+            post-flight tail is sent and acked, so a receiver knows when to STOP.
 
     Raises:
         ConfigError: The connection string is not valid.
@@ -201,7 +205,7 @@ async def run_vehicle(
                 else None
             )
             shell = _Shell(vehicle, transport, codec, report, keep_deliveries=keep_deliveries)
-            await _serve(shell, stop_event, repeat=repeat)
+            await _serve(shell, stop_event, repeat=repeat, on_log_delivered=on_log_delivered)
     finally:
         await transport.aclose()
     duration = time.monotonic() - started
@@ -230,8 +234,15 @@ async def _wait_for(event: asyncio.Event) -> bytes:
     return b""
 
 
-async def _serve(shell: _Shell, stop_event: asyncio.Event | None, *, repeat: bool) -> None:
+async def _serve(
+    shell: _Shell,
+    stop_event: asyncio.Event | None,
+    *,
+    repeat: bool,
+    on_log_delivered: Callable[[int], None] | None = None,
+) -> None:
     vehicle = shell.vehicle
+    delivered_log = -1
     transport = shell.transport
     codec = shell.codec
     clock = time.monotonic
@@ -259,6 +270,11 @@ async def _serve(shell: _Shell, stop_event: asyncio.Event | None, *, repeat: boo
             deadline = vehicle.next_deadline()
             if deadline is not None and now >= deadline:
                 shell.execute(vehicle.handle_timer(now), now)
+            if on_log_delivered is not None and vehicle.waiting_for_stop:
+                log_index = vehicle.log_index
+                if log_index is not None and log_index != delivered_log:
+                    delivered_log = log_index
+                    on_log_delivered(log_index)
             if shell.logs_stopped and not repeat:
                 return
     finally:

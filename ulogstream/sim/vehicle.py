@@ -527,6 +527,21 @@ class SimVehicle:
         """Index of the log being streamed, or None when idle."""
         return None if self._stream is None else self._stream.log_index
 
+    @property
+    def waiting_for_stop(self) -> bool:
+        """True when the log up to its post-flight tail is sent and acked: only STOP brings more."""
+        stream = self._stream
+        return (
+            stream is not None
+            and not stream.stopping
+            and not stream.logger_blocked
+            and stream.message_offset == 0
+            and stream.message_index >= self.log.tail_start
+            and self._awaiting is None
+            and self._held is None
+            and not self._queue
+        )
+
     def receive(self, message: MavlinkMessage, now: float) -> list[VehicleOutput]:
         """Handle one decoded message from a client (COMMAND_LONG, LOGGING_ACK; others ignored).
 

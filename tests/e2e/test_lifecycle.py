@@ -1,0 +1,412 @@
+"""A log's life over a real UDP link: reboot, link cut, STOP handshake, refusals, other clients."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from e2e.support import (
+    FAST,
+    RECEIVER_COMPONENT,
+    RECEIVER_SYSTEM,
+    CountingTransport,
+    deliveries_of,
+    files,
+    flight_log,
+    read_pyulog,
+    record,
+    recorded_items,
+    recorder_settings,
+    spans,
+    theoretical_maximum,
+    vehicle_packets,
+    wait_for,
+)
+
+from ulogstream.adapters.udp_transport import UdpTransport
+from ulogstream.daemon import Recorder
+from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.sim.faults import FaultConfig
+from ulogstream.sim.runner import run_vehicle
+from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
+from ulogstream.stream.packets import (
+    MAV_CMD_LOGGING_START,
+    MAV_CMD_LOGGING_STOP,
+    CommandLong,
+    LoggingPacket,
+)
+from ulogstream.ulog.spec import MessageType
+from ulogstream.ulog.writer import ULogWriter
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+START, STOP = MAV_CMD_LOGGING_START, MAV_CMD_LOGGING_STOP
+
+
+async def listening_vehicle() -> tuple[UdpTransport, str]:
+    """The vehicle's UDP end on a free port, and the recorder's connection string toward it."""
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    return link, f"udpout:127.0.0.1:{link.local_address[1]}"
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def finished_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("log finished")]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_reboot_mid_log_gives_two_valid_files(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    log = flight_log(4.0, seed=21)
+    link, connection = await listening_vehicle()
+    recorder = Recorder(recorder_settings(connection, tmp_path))
+    faults = FaultConfig(reboot_at=400)
+    run = await record(log, recorder, link, faults=faults, stop_after_log=1)
+    assert run.exit_code == 0
+    assert run.summary.stats.reboots == 1
+    first, second = run.files
+    # The first file holds every whole message of the 400 packets sent before the reboot.
+    expected = theoretical_maximum(log, vehicle_packets(log), deliveries_of(run.summary, 0))
+    assert recorded_items(first.read_bytes())[0] == expected
+    assert len(first.read_bytes()) < len(log)
+    assert second.read_bytes() == log
+    read_pyulog(first)
+    read_pyulog(second)
+    finished = finished_messages(caplog)
+    assert "incomplete" in finished[0]
+    assert "new log" in finished[0]
+    assert "complete; stopped" in finished[1]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_link_cut_closes_the_file_then_a_new_file_follows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    log = flight_log(8.0, seed=22)
+    link, connection = await listening_vehicle()
+    recorder = Recorder(recorder_settings(connection, tmp_path, idle_timeout_s=0.5))
+    config = VehicleConfig(link_rate=USB_LINK_RATE, speed=None, stop_accept_delay=0.0)
+    faults = FaultConfig(cut_at=800, cut_seconds=2.0)
+    files_at_cut_end: list[int] = []
+
+    def delivered(log_index: int) -> None:
+        if log_index == 1:
+            files_at_cut_end.append(len(recorder.status.finished))
+
+    run = await record(
+        log,
+        recorder,
+        link,
+        config=config,
+        faults=faults,
+        repeat=True,
+        stop_after_log=1,
+        on_delivered=delivered,
+    )
+    assert run.exit_code == 0
+    assert run.summary.stats.cut_drops > 0
+    first, second = run.files
+    assert files_at_cut_end == [1]  # the first file was closed before the second log was in
+    # Log 0 as far as it got before the cut (its tail, sent on the restart's STOP, is ignored).
+    before_cut = [d for d in deliveries_of(run.summary, 0) if d.sequence < 800]
+    expected = theoretical_maximum(log, vehicle_packets(log), before_cut)
+    assert recorded_items(first.read_bytes())[0] == expected
+    assert second.read_bytes() == log
+    read_pyulog(first)
+    finished = finished_messages(caplog)
+    assert "incomplete" in finished[0]
+    assert "data timeout" in finished[0]
+    assert run.recorder.status.link_reconnects == 0  # UDP never closed: the session restarted
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_stop_handshake_records_the_acked_post_flight_tail(tmp_path: Path) -> None:
+    log = flight_log(15.0, seed=23)  # shorter generated flights end with 'Landing detected'
+    assert spans(log)[-1].msg_type == MessageType.INFO_MULTIPLE
+    link, connection = await listening_vehicle()
+    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    delivered_at: list[float] = []
+    config = VehicleConfig(link_rate=None, speed=None)  # 0.19 s from IN_PROGRESS to ACCEPTED
+    run = await record(
+        log,
+        recorder,
+        link,
+        config=config,
+        on_delivered=lambda _: delivered_at.append(time.monotonic()),
+    )
+    assert run.exit_code == 0
+    (path,) = run.files
+    assert path.read_bytes() == log
+    after_stop = [d for d in deliveries_of(run.summary, 0) if d.time >= delivered_at[0]]
+    assert after_stop
+    assert all(d.acked for d in after_stop)
+    tail = b"".join(d.data for d in after_stop)
+    assert log.endswith(tail)
+    assert b"perf_counter_postflight" in tail
+    assert b"perf_top_postflight" in tail
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_stop_brings_a_synthesised_perf_message_into_the_file(tmp_path: Path) -> None:
+    writer = ULogWriter(timestamp_us=5_000)
+    writer.format("small:uint64_t timestamp;float x;")
+    writer.info("char", "sys_name", "PX4")
+    msg_id = writer.add_logged_message("small")
+    for number in range(2000):
+        writer.data(msg_id, (1_000_000 + number * 1000).to_bytes(8, "little") + bytes(4))
+    log = writer.getvalue()
+    link, connection = await listening_vehicle()
+    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    config = VehicleConfig(link_rate=None, speed=None, synthesize_perf=True)
+    run = await record(log, recorder, link, config=config)
+    (path,) = run.files
+    recording = path.read_bytes()
+    assert recording.startswith(log)
+    extra = recording[len(log) :]
+    assert extra[2] == MessageType.INFO_MULTIPLE
+    assert b"perf_counter_postflight" in extra
+    read_pyulog(path)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_backend_off_is_rejected_after_one_stop_and_retry(tmp_path: Path) -> None:
+    link, connection = await listening_vehicle()
+    counting = CountingTransport(link)
+    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    config = VehicleConfig(link_rate=None, speed=None, backend_off=True)
+    run = await record(flight_log(1.0), recorder, counting, config=config, stop_after_log=None)
+    assert run.exit_code == 1
+    assert run.recorder.status.error is not None
+    assert "backend is off" in run.recorder.status.error
+    assert counting.commands == [START, STOP, START]
+    assert not files(tmp_path, "*.ulg*")
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_stream_left_running_by_a_crashed_receiver_is_taken_over(tmp_path: Path) -> None:
+    log = flight_log(3.0, seed=24)
+    link, connection = await listening_vehicle()
+    counting = CountingTransport(link)
+    delivered: list[int] = []
+    stop_vehicle = asyncio.Event()
+    vehicle = asyncio.create_task(
+        run_vehicle(
+            log,
+            counting,
+            config=FAST,
+            repeat=True,
+            stop_event=stop_vehicle,
+            on_log_delivered=delivered.append,
+        )
+    )
+    # A receiver with our ids starts the stream, acks the definitions, then dies without STOP.
+    crashed = await UdpTransport.connect("127.0.0.1", link.local_address[1])
+    codec = MavlinkCodec(system_id=RECEIVER_SYSTEM, component_id=RECEIVER_COMPONENT)
+    crashed.send(codec.encode_command_long(START, 0.0, 1, 1))
+
+    async def ack_until_delivered() -> None:
+        while not delivered:
+            for message in codec.decode(await crashed.receive()):
+                if isinstance(message, LoggingPacket) and message.needs_ack:
+                    crashed.send(codec.encode_logging_ack(message.sequence, 1, 1))
+
+    acking = asyncio.create_task(ack_until_delivered())
+    await wait_for(lambda: bool(delivered), 10, "the first stream never got going")
+    acking.cancel()
+    await crashed.aclose()
+
+    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    recorder_task = asyncio.create_task(recorder.run())
+    await wait_for(lambda: len(delivered) == 2, 20, "the recorder never got its own stream")
+    recorder.request_stop()
+    async with asyncio.timeout(20):
+        exit_code = await recorder_task
+    stop_vehicle.set()
+    summary = await vehicle
+    assert exit_code == 0
+    assert counting.commands == [START, START, STOP, START, STOP]
+    assert summary.logs_started == 2
+    (path,) = [finished.path for finished in recorder.status.finished]
+    assert path.read_bytes() == log
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_denied_is_a_clear_error_without_retries(tmp_path: Path) -> None:
+    link, connection = await listening_vehicle()
+    counting = CountingTransport(link)
+    recorder = Recorder(recorder_settings(connection, tmp_path))  # not --once: it would go on
+    config = VehicleConfig(link_rate=4000.0, speed=None)  # a telemetry radio's rate
+
+    async def stop_later() -> None:
+        await wait_for(lambda: recorder.status.error is not None, 10, "no rejection reported")
+        await asyncio.sleep(2.5)  # 2.5 command retry intervals: a storm would show here
+        recorder.request_stop()
+
+    stopper = asyncio.create_task(stop_later())
+    run = await record(flight_log(1.0), recorder, counting, config=config, stop_after_log=None)
+    await stopper
+    error = run.recorder.status.error
+    assert error is not None
+    assert "denied" in error
+    assert "too slow" in error
+    assert counting.commands == [START]
+    assert not files(tmp_path, "*.ulg*")
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_denied_with_once_exits_non_zero(tmp_path: Path) -> None:
+    link, connection = await listening_vehicle()
+    counting = CountingTransport(link)
+    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    config = VehicleConfig(link_rate=4000.0, speed=None)
+    run = await record(flight_log(1.0), recorder, counting, config=config, stop_after_log=None)
+    assert run.exit_code == 1
+    assert counting.commands == [START]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_another_clients_stop_makes_the_recorder_stream_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    log = flight_log(3.0, seed=25)
+    port = free_udp_port()
+    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path, idle_timeout_s=1.0))
+    vehicle_link = await UdpTransport.connect("127.0.0.1", port)
+    # A ground station on the same vehicle: its commands reach the vehicle, whose replies go
+    # out on the recorder's link (PX4 sends COMMAND_ACK on every link).
+    ground_station = await UdpTransport.connect("127.0.0.1", vehicle_link.local_address[1])
+    gcs_codec = MavlinkCodec(system_id=255, component_id=190)
+
+    def delivered(log_index: int) -> None:
+        if log_index == 0:
+            ground_station.send(gcs_codec.encode_command_long(STOP, 0.0, 1, 1))
+
+    try:
+        run = await record(
+            log, recorder, vehicle_link, repeat=True, stop_after_log=1, on_delivered=delivered
+        )
+    finally:
+        await ground_station.aclose()
+    assert run.exit_code == 0
+    assert run.summary.logs_started == 2
+    first, second = run.files
+    assert first.read_bytes() == log  # the tail sent on the other client's STOP came to us
+    assert second.read_bytes() == log
+    read_pyulog(first)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_another_clients_stop_ends_the_log_as_complete_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    port = free_udp_port()
+    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path), once=True)
+    vehicle_link = await UdpTransport.connect("127.0.0.1", port)
+    ground_station = await UdpTransport.connect("127.0.0.1", vehicle_link.local_address[1])
+    gcs_codec = MavlinkCodec(system_id=255, component_id=190)
+
+    def delivered(_: int) -> None:
+        ground_station.send(gcs_codec.encode_command_long(STOP, 0.0, 1, 1))
+
+    try:
+        await record(
+            flight_log(3.0, seed=26),
+            recorder,
+            vehicle_link,
+            repeat=True,
+            stop_after_log=None,
+            on_delivered=delivered,
+            limit_s=4.0,  # the idle timeout (5 s) must not be needed
+        )
+    finally:
+        await ground_station.aclose()
+    assert "complete; stopped by another client" in finished_messages(caplog)[0]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_new_log_with_another_header_mid_stream_starts_a_second_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A scripted vehicle: log A breaks off after 300 packets and log B begins at sequence 0
+    # (a reboot on real hardware: another header time). The end of A and the start of B come
+    # out of one packet, while A's file is still being closed.
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    log_a = flight_log(3.0, seed=27)
+    log_b = flight_log(2.0, seed=28, start_timestamp_us=17_000_000)
+    port = free_udp_port()
+    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
+    recorder_task = asyncio.create_task(recorder.run())
+    vehicle = await UdpTransport.connect("127.0.0.1", port)
+    codec = MavlinkCodec(system_id=1, component_id=1)
+    commands: list[int] = []
+
+    async def answer_commands() -> None:
+        while True:
+            for message in codec.decode(await vehicle.receive()):
+                if isinstance(message, CommandLong):
+                    commands.append(message.command)
+                    vehicle.send(codec.encode_command_ack(message.command, 0, 254, 155))
+
+    answering = asyncio.create_task(answer_commands())
+    try:
+        while not commands:
+            vehicle.send(codec.encode_heartbeat(mav_type=2, autopilot=12))
+            await asyncio.sleep(0.05)
+        packets = vehicle_packets(log_a)[:300] + vehicle_packets(log_b)
+        for number, packet in enumerate(packets):
+            vehicle.send(
+                codec.encode_logging_data(
+                    packet.sequence,
+                    254,
+                    155,
+                    packet.first_message_offset,
+                    packet.data,
+                    acked=packet.needs_ack,
+                )
+            )
+            if number % 32 == 0:
+                await asyncio.sleep(0.001)
+        await wait_for(
+            lambda: recorder.status.bytes_total >= len(log_b) + 300 * 200, 10, "data not in"
+        )
+        recorder.request_stop()
+        async with asyncio.timeout(10):
+            assert await recorder_task == 0
+    finally:
+        answering.cancel()
+        await vehicle.aclose()
+    assert commands == [START, STOP]
+    first, second = [finished.path for finished in recorder.status.finished]
+    assert log_a.startswith(first.read_bytes())
+    assert len(first.read_bytes()) > 300 * 200
+    assert second.read_bytes() == log_b
+    read_pyulog(first)
+    read_pyulog(second)
+    assert "new log" in finished_messages(caplog)[0]
