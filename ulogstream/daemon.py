@@ -171,6 +171,10 @@ class Pipeline:
         self.publisher = publisher
         self._on_log_ended = on_log_ended
         self._parser: ULogParser | None = None
+        self._decode_backlog: list[bytes] = []
+        self._decode_scheduled = False
+        self._decode_now = 0.0
+        """Receive time of the newest backlog chunk: the publish policy's clock for it."""
         self._closing: set[asyncio.Task[None]] = set()
         self._held: deque[_HeldLog] = deque()
         """Logs that began while the previous file was still being closed, oldest first."""
@@ -287,17 +291,45 @@ class Pipeline:
             self._held[-1].chunks.append(data)
         else:
             self._write_file(data, now)
+        if self._parser is None:
+            return
+        # Decoding waits until the link has no more data ready (call_soon runs once the receive
+        # loop suspends), so the acks of a burst of datagrams never queue behind it.
+        self._decode_backlog.append(data)
+        self._decode_now = now
+        if not self._decode_scheduled:
+            self._decode_scheduled = True
+            try:
+                asyncio.get_running_loop().call_soon(self.decode_backlog)
+            except RuntimeError:  # driven without an event loop (benchmarks): decode at once
+                self.decode_backlog()
+
+    def decode_backlog(self) -> None:
+        """Feed the bytes written since the last call to the parser, and their events onward."""
+        self._decode_scheduled = False
+        backlog, self._decode_backlog = self._decode_backlog, []
         parser = self._parser
-        if parser is None:
+        if parser is None or not backlog:
             return
         try:
-            events = parser.receive_bytes(data)
+            events = parser.receive_bytes(backlog[0] if len(backlog) == 1 else b"".join(backlog))
         except ULogFormatError as err:
             # Keep recording: the file is the truth; only live decoding stops for this log.
             self._parser = None
             self.status.parser_errors += 1
             logger.error("live decoding stopped for this log: %s (recording goes on)", err)  # noqa: TRY400 (one line, no traceback: the input is bad, not the code)
             return
+        self._count(events)
+        if self.publisher is not None:
+            self.publisher.events(events, self._decode_now)
+
+    def _close_parser(self, now: float) -> None:
+        """Decode what is left of the current log, then end its parser."""
+        self.decode_backlog()
+        if self._parser is None:
+            return
+        events = self._parser.close()
+        self._parser = None
         self._count(events)
         if self.publisher is not None:
             self.publisher.events(events, now)
@@ -326,6 +358,7 @@ class Pipeline:
                 stats.samples += len(event.rows)
 
     def _log_started(self, timestamp_us: int, now: float) -> None:
+        self._close_parser(now)
         self.status.topics.clear()
         self._parser = ULogParser()
         if self._file_closing:
@@ -360,12 +393,7 @@ class Pipeline:
             )
 
     def _log_ended(self, ended: LogEnded, now: float) -> None:
-        if self._parser is not None:
-            events = self._parser.close()
-            self._parser = None
-            self._count(events)
-            if self.publisher is not None:
-                self.publisher.events(events, now)
+        self._close_parser(now)
         how = "complete" if ended.complete else "incomplete: the stream stopped unannounced"
         self._close_file(f"{how}; {ended.reason}")
         self.status.state = "idle"
@@ -412,18 +440,23 @@ class Pipeline:
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.ensure_future(coro)
         self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._closing.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            # A file that cannot be finished (fsync or rename failed): say so, keep recording.
+            self.status.error = f"could not finish a log file: {error}"
+            logger.error("%s", self.status.error)
 
     async def drain(self) -> None:
         """Wait until files being finalised (fsync + rename) are done."""
         while self._closing:
-            await asyncio.gather(*list(self._closing))
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
 
     def end_log_now(self) -> None:
         """The link is gone: finish the open file as incomplete (the session is dropped)."""
-        if self._parser is not None:
-            self._count(self._parser.close())
-            self._parser = None
+        self._close_parser(time.monotonic())
         self._close_file("incomplete: the link was lost")
         self.status.state = "link lost"
         self.status.log_path = None
@@ -552,6 +585,8 @@ class Recorder:
         try:
             await self._link_loop()
         finally:
+            if self.pipeline is not None:
+                self.pipeline.refresh_status()  # the last counters, for the caller and MQTT
             self._notifier.stopping()
             if self.publisher is not None:
                 self.publisher.offer([self.publisher.policy.offline_status(time.monotonic())])

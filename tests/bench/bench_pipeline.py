@@ -65,8 +65,9 @@ if TYPE_CHECKING:
 USB_PACKETS_PER_S = 2100
 TIMER_EVERY = USB_PACKETS_PER_S // 10
 """Datagrams between calls of :meth:`Pipeline.timer` (every 100 ms of the simulated clock)."""
-YIELD_EVERY = USB_PACKETS_PER_S
-"""Datagrams between turns of the event loop (file syncs and closes run then)."""
+YIELD_EVERY = 64
+"""Datagrams between turns of the event loop, as the UDP transport reads at most 64 in a row
+(file syncs and closes run then, and the parser decodes what was written meanwhile)."""
 LOGGING_DATA_ACKED = 267
 PACED_SPEED = 1.4
 """Replay speed at which :func:`ack_heavy_log` streams at about 1950 packets/s (just under the
@@ -113,8 +114,8 @@ async def feed(pipeline: Pipeline, datagrams: Sequence[bytes], now: float) -> fl
         receive(datagram, now)
         if number % TIMER_EVERY == 0:
             timer(now)
-            if number % YIELD_EVERY == 0:
-                await asyncio.sleep(0)
+        if number % YIELD_EVERY == 0:
+            await asyncio.sleep(0)
     return now
 
 
