@@ -16,7 +16,9 @@ def shared_ulg(name: str) -> Path:
     """The path of one sample log, skipping the test with a reason when ../shared is absent."""
     path = SHARED_ULG_DIR / name
     if not path.is_file():
-        pytest.skip(f"sample log {path} is absent (../shared/data/ulg is only beside a CI checkout)")
+        pytest.skip(
+            f"sample log {path} is absent (../shared/data/ulg is only beside a CI checkout)"
+        )
     return path
 
 

@@ -4,8 +4,9 @@ Run: ``.venv/bin/python tests/bench/bench_ulog.py [--repeat N] [--large-mb 40]``
 
 Prints, on the same files in one run: whole-file read throughput (MB/s, messages/s) of
 ulogstream and pyulog on every sample in ../shared/data/ulg and on a generated large file
-(a sample's data section repeated with shifted timestamps), peak memory (ru_maxrss of a fresh
-subprocess) for the large file, and incremental throughput fed 249-byte chunks.
+(a sample's data section repeated with shifted timestamps), peak memory (VmHWM of a fresh
+subprocess) for the large file next to the size of its rows (the floor for both readers), the
+cost of one 'P' message, and incremental throughput fed 249-byte chunks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a check
 from ulogstream.ulog import read
 from ulogstream.ulog.dtypes import compile_format, parse_format
 from ulogstream.ulog.parser import ULogParser
+from ulogstream.ulog.writer import ULogWriter
 
 if TYPE_CHECKING:
     from ulogstream.ulog.events import FormatDefined
@@ -71,6 +73,17 @@ def feed_chunks(data: bytes, chunk: int = CHUNK) -> int:
     for start in range(0, len(data), chunk):
         count += len(receive(data[start : start + chunk]))
     return count + len(parser.close())
+
+
+def build_parameters(target: Path, count: int) -> None:
+    """Write a log of ``count`` 'P' messages (int32 and float, 1500 names repeated)."""
+    w = ULogWriter()
+    for i in range(count):
+        if i % 2:
+            w.parameter(f"PARAM_{i % 1500}", float(i))
+        else:
+            w.parameter(f"IPARAM_{i % 1500}", i)
+    target.write_bytes(w.getvalue())
 
 
 def build_large(source: Path, target: Path, min_bytes: int) -> None:
@@ -213,16 +226,27 @@ def main() -> None:
         base_py, peak_py, _ = peak_memory("pyulog", large, traced=False)
         traced_ours = peak_memory("ulogstream", large, traced=True)[2]
         traced_py = peak_memory("pyulog", large, traced=True)[2]
+        rows_mib = sum(topic.data.nbytes for topic in read(large).topics.values()) / 2**20
         print(
             f"  peak RSS (VmHWM): ours {peak_ours / 1024:.0f} MiB "
-            f"(+{(peak_ours - base_ours) / 1024:.0f} over imports), pyulog {peak_py / 1024:.0f} "
-            f"MiB (+{(peak_py - base_py) / 1024:.0f}); ratio {peak_ours / peak_py:.2f}\n"
+            f"(+{(peak_ours - base_ours) / 1024:.2f} over imports), pyulog {peak_py / 1024:.0f} "
+            f"MiB (+{(peak_py - base_py) / 1024:.2f}); ratio {peak_ours / peak_py:.3f}; "
+            f"the rows themselves: {rows_mib:.2f} MiB\n"
             f"  tracemalloc peak: ours {traced_ours / 1024:.0f} MiB, pyulog "
             f"{traced_py / 1024:.0f} MiB; ratio {traced_ours / traced_py:.2f}"
         )
         data = large.read_bytes()
         chunked = best_time(lambda: feed_chunks(data), 1)
         print(f"  incremental, {CHUNK}-byte chunks: {size / chunked / 1e6:.1f} MB/s")
+
+        params = Path(tmp) / "params.ulg"
+        build_parameters(params, 20_000)
+        ours = best_time(lambda: read(params), args.repeat)
+        theirs = best_time(lambda: read_pyulog(params), args.repeat)
+        print(
+            f"'P' messages (20000, read whole): ours {ours / 20_000 * 1e6:.2f} us each, pyulog "
+            f"{theirs / 20_000 * 1e6:.2f} us"
+        )
 
     all_bytes = [path.read_bytes() for path in files]
     chunked = best_time(lambda: [feed_chunks(d) for d in all_bytes], args.repeat)

@@ -1,11 +1,13 @@
-"""What the ULog parser reports: frozen, slotted values, one per ULog message (data rows in batches)."""
+"""What the ULog parser reports: frozen slotted values, one per message (data rows in batches)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 InfoValue = str | int | float | bool | bytes | tuple[int | float | bool, ...]
 """An 'I'/'M'/'P'/'Q' value decoded by the type in its key: ``char[N]`` gives str,
@@ -69,7 +71,7 @@ class InfoMultiple:
 
 @dataclass(frozen=True, slots=True)
 class Parameter:
-    """'P': a parameter value; in the data section a change, stamped with the last timestamp seen."""
+    """'P': a parameter value; in the data section a change, stamped with the last timestamp."""
 
     name: str
     value: int | float
@@ -78,7 +80,7 @@ class Parameter:
 
 @dataclass(frozen=True, slots=True)
 class ParameterDefault:
-    """'Q': a default value; ``default_types`` bit 0 = system wide, bit 1 = current configuration."""
+    """'Q': a default value; ``default_types`` bit 0: system wide, bit 1: this configuration."""
 
     name: str
     value: int | float

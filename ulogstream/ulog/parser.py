@@ -94,12 +94,29 @@ _FEW_ROWS: Final = 32
 _HEADER_STATE, _MESSAGE_STATE, _ERROR_STATE, _CLOSED_STATE = range(4)
 
 _UnpackFrom = Callable[[bytes, int], tuple[int, ...]]
+_UnpackScalar = Callable[[bytes, int], tuple[int | float, ...]]
 _unpack_data_header: _UnpackFrom = struct.Struct("<HBH").unpack_from
 _unpack_u16: _UnpackFrom = struct.Struct("<H").unpack_from
 _unpack_add: _UnpackFrom = struct.Struct("<BH").unpack_from
 _unpack_logging: _UnpackFrom = struct.Struct("<BQ").unpack_from
 _unpack_tagged: _UnpackFrom = struct.Struct("<BHQ").unpack_from
 _unpack_offsets: _UnpackFrom = struct.Struct("<3Q").unpack_from
+_unpack_u64: _UnpackFrom = struct.Struct("<Q").unpack_from
+
+# A frozen dataclass __init__ sets each field through object.__setattr__; setting the slots
+# of a bare instance through their descriptors builds a DataRows or Parameter in half the time
+# (one per 'D' batch or 'P' message). tests/ulog checks both keep exactly these fields.
+_set_subscription: Callable[[DataRows, Subscription], None] = vars(DataRows)["subscription"].__set__
+_set_rows: Callable[[DataRows, npt.NDArray[np.void]], None] = vars(DataRows)["rows"].__set__
+_set_timestamps: Callable[[DataRows, npt.NDArray[np.uint64]], None] = vars(DataRows)[
+    "timestamps_us"
+].__set__
+_new_parameter = Parameter.__new__
+_set_parameter_name: Callable[[Parameter, str], None] = vars(Parameter)["name"].__set__
+_set_parameter_value: Callable[[Parameter, int | float], None] = vars(Parameter)["value"].__set__
+_set_parameter_timestamp: Callable[[Parameter, int | None], None] = vars(Parameter)[
+    "timestamp_us"
+].__set__
 
 _CANDIDATE_TYPE = re.compile(b"[" + bytes(sorted(_KNOWN_TYPES - {MessageType.FLAG_BITS})) + b"]")
 """Type bytes a resynchronisation target can have ('B' is only valid as the first message)."""
@@ -108,6 +125,9 @@ _FORMAT_START_RE = re.compile(rb"[A-Za-z_][\w/]*:")
 _TYPE_RE = re.compile(r"^(\w+)(?:\[(\d+)\])?$")
 _SCALAR_UNPACKERS: Final[dict[str, Callable[[bytes], tuple[int | float | bool]]]] = {
     name: struct.Struct("<" + code).unpack for name, code in TYPE_STRUCT_CODES.items()
+}
+_SCALAR_UNPACK_FROM: Final[dict[str, _UnpackScalar]] = {
+    name: struct.Struct("<" + code).unpack_from for name, code in TYPE_STRUCT_CODES.items()
 }
 
 
@@ -126,6 +146,7 @@ class _Topic:
         "plain_timestamp",
         "subscription",
         "timestamp",
+        "timestamp_offset",
         "wire",
         "wraps",
     )
@@ -138,6 +159,7 @@ class _Topic:
         self.timestamp: TimestampField | None = compiled.timestamp
         self.dtype = compiled.dtype
         self.plain_timestamp = self.timestamp is not None and self.timestamp.type_name == "uint64_t"
+        self.timestamp_offset = 0 if self.timestamp is None else self.timestamp.offset
         self.last_raw: int | None = None
         self.wraps = 0
 
@@ -181,6 +203,9 @@ class ULogParser:
         self._subscriptions: dict[int, Subscription] = {}
         self._topics: dict[int, _Topic] = {}
         self._wire: dict[int, int] = {}
+        self._sizes: list[int] = []
+        """``_wire`` as a list indexed by msg_id (-1: not subscribed), up to the largest
+        msg_id subscribed: indexing it is cheaper than a dict lookup in the 'D' loop."""
         self._ignored_ids: set[int] = set()
         self._unknown_types: set[int] = set()
         self._last_timestamp = 0
@@ -223,12 +248,45 @@ class ULogParser:
             self._check_open("receive_bytes")
         if not data:
             return []
-        buf = self._tail + data if self._tail else bytes(data)
+        tail = self._tail
+        buf = tail + data if tail else bytes(data)
         events: list[ULogEvent] = []
-        if self._state == _MESSAGE_STATE:
+        if self._state != _MESSAGE_STATE:
+            pos = self._run(buf, events, final=False)
+        elif self._resync_start is not None or self._appended:
             pos = self._messages(buf, 0, events, final=False)
         else:
-            pos = self._run(buf, events, final=False)
+            # the common case, kept out of _messages: well-formed 'D' messages up to a partial
+            # message (a live stream's chunks cut messages anywhere)
+            end = len(buf)
+            batch = self._batch
+            sizes = self._sizes
+            unpack = _unpack_data_header
+            pos = 0
+            partial = False
+            try:
+                while True:
+                    if pos + 5 > end:
+                        partial = pos + 3 > end
+                        if not partial:
+                            size = buf[pos] | buf[pos + 1] << 8
+                            partial = pos + 3 + size > end and size != 0 and buf[pos + 2] != 0
+                        break
+                    size, msg_type, msg_id = unpack(buf, pos)
+                    nxt = pos + 3 + size
+                    if nxt > end:
+                        partial = size != 0 and msg_type != 0
+                        break
+                    if msg_type != _D or sizes[msg_id] != size:
+                        break
+                    batch[msg_id].append(buf[pos + 5 : nxt])
+                    pos = nxt
+            except IndexError:
+                pass  # a msg_id above every subscription: _messages handles it
+            if not partial:
+                pos = self._messages(buf, pos, events, final=False)
+            elif batch:
+                self._flush(events)
         self._base += pos
         self._tail = buf[pos:]
         return events
@@ -568,42 +626,50 @@ class ULogParser:
         frombuffer = np.frombuffer
         append = events.append
         new_rows = DataRows.__new__
-        set_field = object.__setattr__
         last = self._last_timestamp
         for msg_id, parts in batch.items():
             topic = topics[msg_id]
-            if len(parts) == 1:
+            rows: npt.NDArray[np.void]
+            timestamps: npt.NDArray[np.uint64]
+            if not topic.plain_timestamp:
+                rows, timestamps, top = self._decode(topic, parts)
+            elif len(parts) == 1:  # most batches of a live stream
                 raw = parts[0] + topic.padding
-                rows: npt.NDArray[np.void] = frombuffer(raw, topic.dtype)
-                if topic.plain_timestamp:
-                    timestamps: npt.NDArray[np.uint64] = rows[TIMESTAMP_FIELD]
-                else:
-                    timestamps = self._timestamps(topic, raw, 1)
-                top = int(timestamps[0])
-            else:
-                if topic.padding:
-                    parts.append(b"")
-                    raw = topic.padding.join(parts)
-                else:
-                    raw = b"".join(parts)
                 rows = frombuffer(raw, topic.dtype)
-                if topic.plain_timestamp:
-                    timestamps = rows[TIMESTAMP_FIELD]
-                else:
-                    timestamps = self._timestamps(topic, raw, len(rows))
+                timestamps = rows[TIMESTAMP_FIELD]
+                (top,) = _unpack_u64(raw, topic.timestamp_offset)
+            else:
+                count = len(parts)
+                if topic.padding:
+                    parts.append(b"")  # the last row's padding too
+                rows = frombuffer(topic.padding.join(parts), topic.dtype)
+                timestamps = rows[TIMESTAMP_FIELD]
                 # tolist() then max() beats ndarray.max() for the few rows of a live stream
-                top = max(timestamps.tolist()) if len(parts) < _FEW_ROWS else int(timestamps.max())
+                top = max(timestamps.tolist()) if count < _FEW_ROWS else int(timestamps.max())
             if top > last:  # noqa: PLR1730 (a builtin call costs more in this loop)
                 last = top
-            # DataRows(...) without the frozen dataclass __init__ (~40% of this loop's cost);
-            # tests/ulog/test_parser.py checks DataRows still has just these fields
+            # DataRows(...) without the frozen dataclass __init__ (~60% of the cost of a
+            # DataRows); tests/ulog/test_parser.py checks DataRows still has just these fields
             batch_rows = new_rows(DataRows)
-            set_field(batch_rows, "subscription", topic.subscription)
-            set_field(batch_rows, "rows", rows)
-            set_field(batch_rows, "timestamps_us", timestamps)
+            _set_subscription(batch_rows, topic.subscription)
+            _set_rows(batch_rows, rows)
+            _set_timestamps(batch_rows, timestamps)
             append(batch_rows)
         self._last_timestamp = last
         batch.clear()
+
+    def _decode(
+        self, topic: _Topic, parts: list[bytes]
+    ) -> tuple[npt.NDArray[np.void], npt.NDArray[np.uint64], int]:
+        """(rows, timestamps, largest timestamp) of a topic whose timestamps need work."""
+        count = len(parts)
+        if topic.padding:
+            parts.append(b"")
+        raw = topic.padding.join(parts)
+        rows: npt.NDArray[np.void] = np.frombuffer(raw, topic.dtype)
+        timestamps = self._timestamps(topic, raw, count)
+        top = max(timestamps.tolist()) if count < _FEW_ROWS else int(timestamps.max())
+        return rows, timestamps, top
 
     @staticmethod
     def _timestamps(topic: _Topic, raw: bytes, count: int) -> npt.NDArray[np.uint64]:
@@ -642,10 +708,19 @@ class ULogParser:
         self._first_message = False
         # most frequent first: parameters and info fill the definitions section
         if msg_type == _P:
-            key_type, key, value = _key_value(payload, 0)
-            number = _number(value)
-            timestamp = self._last_timestamp if self._in_data else None
-            events.append(Parameter(key, number, timestamp))
+            key_end = 1 + payload[0]  # _one passes no empty payload
+            known = _PARAMETER_KEYS.get(payload[1:key_end])
+            if known is not None and len(payload) - key_end == known[1]:
+                name = known[0]
+                (number,) = known[2](payload, key_end)
+            else:
+                name, number = _parameter(payload)
+            # Parameter(...) without the frozen dataclass __init__, as for DataRows in _flush
+            parameter = _new_parameter(Parameter)
+            _set_parameter_name(parameter, name)
+            _set_parameter_value(parameter, number)
+            _set_parameter_timestamp(parameter, self._last_timestamp if self._in_data else None)
+            events.append(parameter)
         elif msg_type == _M:
             key_type, key, value = _key_value(payload, 1)
             timestamp = self._last_timestamp if self._in_data else None
@@ -756,6 +831,9 @@ class ULogParser:
         self._topics[msg_id] = topic
         self._subscriptions[msg_id] = subscription
         self._wire[msg_id] = topic.wire + 2
+        if msg_id >= len(self._sizes):
+            self._sizes.extend([-1] * (msg_id + 1 - len(self._sizes)))
+        self._sizes[msg_id] = topic.wire + 2
         events.append(subscription)
 
     def _remove_logged(self, msg_id: int, offset: int, events: list[ULogEvent]) -> None:
@@ -771,6 +849,8 @@ class ULogParser:
         self._topics.pop(msg_id, None)
         self._subscriptions.pop(msg_id, None)
         self._wire.pop(msg_id, None)
+        if msg_id < len(self._sizes):
+            self._sizes[msg_id] = -1
         self._ignored_ids.discard(msg_id)
 
 
@@ -856,6 +936,23 @@ def _value_kind(type_name: str) -> tuple[str, int, bool] | None:
         return None
     base = match.group(1)
     return base, TYPE_SIZES[base], match.group(2) is not None
+
+
+def _parameter(payload: bytes) -> tuple[str, int | float]:
+    """Decode a 'P' payload: (name, value); remember its key when the value is a scalar."""
+    key_type, key, value = _key_value(payload, 0)
+    number = _number(value)
+    kind = _VALUE_KINDS.get(key_type)
+    if kind is not None and not kind[2] and len(_PARAMETER_KEYS) < MAX_FORMATS:
+        _PARAMETER_KEYS[payload[1 : 1 + payload[0]]] = (key, kind[1], _SCALAR_UNPACK_FROM[kind[0]])
+    return key, number
+
+
+_PARAMETER_KEYS: dict[bytes, tuple[str, int, _UnpackScalar]] = {}
+"""'P' keys (``type name`` bytes) of numeric scalars seen so far: (name, value size, unpacker).
+
+A log repeats its parameter keys (and logs of one firmware share them), so decoding a known
+key is a dict lookup and one unpack; the bound on its size is :data:`MAX_FORMATS` keys."""
 
 
 def _number(value: InfoValue) -> int | float:

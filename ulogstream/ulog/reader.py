@@ -44,7 +44,9 @@ DEFAULT_CHUNK_SIZE = 1 << 20
 
 READ_CHUNK_SIZE = 1 << 15
 """Bytes per parser call in :func:`read`: small enough that the transient copies of a chunk do
-not raise the peak memory above the data itself (pyulog's peak, measured on a 40 MB log)."""
+not raise the peak memory above the data itself (pyulog's peak, measured on a 40 MB log).
+Every transient stays under glibc's 128 KiB mmap threshold this way; 64 KiB chunks were ~10%
+faster but peaked ~0.5-1 MiB higher, above pyulog."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +123,8 @@ def iter_events(
         ULogFormatError: The file is not a ULog file (the message names the file).
     """
     parser = ULogParser()
-    yield from _events(parser, Path(path), chunk_size)
+    for events in _event_lists(parser, Path(path), chunk_size):
+        yield from events
 
 
 def read(path: str | os.PathLike[str]) -> ULogData:
@@ -134,17 +137,20 @@ def read(path: str | os.PathLike[str]) -> ULogData:
     # rows are gathered per topic, so their order among other events does not matter
     parser = ULogParser(ordered=False)
     collector = _Collector()
-    for event in _events(parser, Path(path), READ_CHUNK_SIZE):
-        collector.add(event)
+    add = collector.add
+    for events in _event_lists(parser, Path(path), READ_CHUNK_SIZE):
+        for event in events:
+            add(event)
     return collector.result(parser.last_timestamp_us)
 
 
-def _events(parser: ULogParser, path: Path, chunk_size: int) -> Iterator[ULogEvent]:
+def _event_lists(parser: ULogParser, path: Path, chunk_size: int) -> Iterator[list[ULogEvent]]:
+    """The events of each parser call (lists: a generator step per event costs more)."""
     try:
         with path.open("rb") as file:
             while chunk := file.read(chunk_size):
-                yield from parser.receive_bytes(chunk)
-        yield from parser.close()
+                yield parser.receive_bytes(chunk)
+        yield parser.close()
     except ULogFormatError as err:
         reason = str(err).removesuffix(f" (at byte {err.offset})")
         msg = f"{path} is not a readable ULog file: {reason}"
@@ -188,8 +194,11 @@ class _TopicBuilder:
         size = self.dtype.itemsize
         if size == self.row_size:
             self.raw += rows.tobytes()
-        else:
-            self.raw += rows.view(np.uint8).reshape(len(rows), self.row_size)[:, :size].tobytes()
+        else:  # the first ``size`` bytes of each row, viewed in one call
+            cut: npt.NDArray[np.uint8] = np.ndarray(
+                (len(rows), size), np.uint8, rows, 0, (self.row_size, 1)
+            )
+            self.raw += cut.tobytes()
         if not self.view_timestamp:
             self.timestamps.append(timestamps)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import io
 import re
 import struct
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from ulogstream.ulog.events import InfoValue
 from ulogstream.ulog.spec import (
     INCOMPAT_DATA_APPENDED,
     MAGIC,
@@ -18,6 +17,9 @@ from ulogstream.ulog.spec import (
     MessageType,
     pack_message_header,
 )
+
+if TYPE_CHECKING:
+    from ulogstream.ulog.events import InfoValue
 
 _TYPE_RE = re.compile(r"^(\w+)(?:\[(\d+)\])?$")
 
@@ -120,7 +122,7 @@ class ULogWriter:
         self.message(MessageType.FORMAT, definition.encode())
 
     def info(self, type_name: str, key: str, value: InfoValue) -> None:
-        """'I': e.g. ``info("char", "sys_name", "PX4")`` or ``info("int32_t", "time_ref_utc", 0)``."""
+        """'I': e.g. ``info("char", "sys_name", "PX4")``, ``info("int32_t", "time_ref_utc", 0)``."""
         self.message(MessageType.INFO, _key_value(type_name, key, value))
 
     def info_multiple(
@@ -131,17 +133,17 @@ class ULogWriter:
             MessageType.INFO_MULTIPLE, bytes([is_continued]) + _key_value(type_name, key, value)
         )
 
-    def parameter(self, name: str, value: int | float) -> None:
+    def parameter(self, name: str, value: float) -> None:
         """'P': an ``int32_t`` (int value) or ``float`` (float value) parameter."""
         self.message(MessageType.PARAMETER, _key_value(_param_type(value), name, value))
 
-    def parameter_default(self, name: str, value: int | float, default_types: int) -> None:
+    def parameter_default(self, name: str, value: float, default_types: int) -> None:
         """'Q': a default value; ``default_types`` bit 0 system wide, bit 1 configuration."""
         payload = bytes([default_types]) + _key_value(_param_type(value), name, value)
         self.message(MessageType.PARAMETER_DEFAULT, payload)
 
     def add_logged_message(self, name: str, multi_id: int = 0, msg_id: int | None = None) -> int:
-        """'A': subscribe ``name`` instance ``multi_id``; returns its msg_id (next free by default)."""
+        """'A': subscribe ``name`` instance ``multi_id``; returns its msg_id (next free one)."""
         if msg_id is None:
             msg_id = self._next_msg_id
         self._next_msg_id = max(self._next_msg_id, msg_id + 1)
@@ -184,13 +186,17 @@ def appended_flag_bits(offsets: tuple[int, int, int]) -> dict[str, bytes | tuple
     }
 
 
-def _param_type(value: int | float) -> str:
+MAX_KEY_LENGTH = 0xFF
+"""Keys are prefixed by a uint8 length."""
+
+
+def _param_type(value: float) -> str:
     return "int32_t" if isinstance(value, int) else "float"
 
 
 def _key_value(type_name: str, key: str, value: InfoValue) -> bytes:
     full_key = f"{key_type(type_name, value)} {key}".encode()
-    if len(full_key) > 0xFF:
+    if len(full_key) > MAX_KEY_LENGTH:
         msg = f"key {full_key!r} is longer than 255 bytes"
         raise ValueError(msg)
     return bytes([len(full_key)]) + full_key + encode_value(key_type(type_name, value), value)
