@@ -219,24 +219,6 @@ def test_udev_rule_covers_px4_boards_and_sets_link_group_and_modemmanager_flag()
     assert Path("/dev") / "pixhawk" == Path(Settings().link.connection)
 
 
-def test_udevadm_verify_accepts_the_rules() -> None:
-    udevadm = shutil.which("udevadm")
-    if udevadm is None:
-        pytest.skip("udevadm is not installed (Debian package 'udev')")
-    help_text = subprocess.run(
-        [udevadm, "--help"], capture_output=True, text=True, check=False, timeout=30
-    ).stdout
-    if "verify" not in help_text:
-        pytest.skip("this udevadm has no 'verify' command (systemd >= 254 needed)")
-    result = subprocess.run(
-        [udevadm, "verify", str(RULES)], capture_output=True, text=True, check=False, timeout=30
-    )
-    assert result.returncode == 0, result.stderr
-
-
-# --- Telegraf sample --------------------------------------------------------------------------
-
-
 def test_telegraf_sample_subscribes_to_the_json_samples_and_tags_them() -> None:
     config = tomllib.loads(TELEGRAF.read_text())
     (consumer,) = config["inputs"]["mqtt_consumer"]

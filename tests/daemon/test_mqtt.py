@@ -1,0 +1,152 @@
+"""The daemon and ``record`` publishing to a real mosquitto, which may go away and come back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from typing import TYPE_CHECKING
+
+import pytest
+from daemon.support import (
+    Process,
+    assert_valid_ulog,
+    daemon_config,
+    eventually,
+    free_udp_port,
+    json_samples,
+    make_flight,
+    partial_files,
+    recordings,
+    subscriber,
+)
+
+from ulogstream.sim.runner import run_vehicle
+from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
+from ulogstream.ulog.reader import read
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mqtt.conftest import Broker
+
+pytestmark = pytest.mark.broker
+
+
+def status_values(payloads: list[bytes]) -> list[dict[str, object]]:
+    values = [json.loads(payload) for payload in payloads]
+    assert all(isinstance(value, dict) for value in values)
+    return values
+
+
+@pytest.mark.asyncio
+async def test_broker_down_and_up_while_recording(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    flight = make_flight(tmp_path, duration_s=8.0, seed=5)
+    port = free_udp_port()
+    out = tmp_path / "recordings"
+    config = daemon_config(
+        tmp_path / "ulogstream.toml",
+        connection=f"udpin:127.0.0.1:{port}",
+        out_dir=out,
+        idle_timeout_s=5.0,
+        mqtt={"url": mosquitto.url, "vehicle_id": "v1", "outbox_size": 20},
+    )
+    daemon = Process(["run", "--config", str(config)], tmp_path)
+    processes.append(daemon)
+    await daemon.await_line("MQTT connected")
+
+    delivered = asyncio.Event()
+    vehicle = asyncio.create_task(
+        run_vehicle(
+            flight.data,
+            f"udpout:127.0.0.1:{port}",
+            config=VehicleConfig(link_rate=USB_LINK_RATE, speed=1.0),
+            keep_deliveries=False,
+            on_log_delivered=lambda _index: delivered.set(),
+        )
+    )
+    try:
+        async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/v1/#") as before:
+            await eventually(lambda: len(json_samples(before, "ulogstream/v1/json/")) >= 5)
+
+        mosquitto.stop()
+        await daemon.await_line("MQTT broker 127.0.0.1")
+        await asyncio.sleep(0.5)  # samples pile up in the 20-message outbox meanwhile
+        mosquitto.start()
+        await daemon.await_line("MQTT connected", count=2)
+
+        async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/v1/#") as after:
+
+            def dropped_shown() -> bool:
+                statuses = [m.payload for m in after if m.topic == "ulogstream/v1/meta/status"]
+                values = status_values(statuses)
+                return any(int(str(v.get("mqtt_dropped", 0))) > 0 for v in values)
+
+            await eventually(lambda: len(json_samples(after, "ulogstream/v1/json/")) >= 5)
+            await eventually(dropped_shown)
+            assert not delivered.is_set(), "the flight ended before publishing was checked"
+            retained = {m.topic for m in after if m.retain}
+            assert "ulogstream/v1/meta/info" in retained  # sent again to the new broker
+
+        await asyncio.wait_for(delivered.wait(), 20)
+        daemon.send_signal(signal.SIGTERM)
+        summary = await asyncio.wait_for(vehicle, 20)
+        assert await daemon.await_exit() == 0
+    finally:
+        vehicle.cancel()
+
+    assert summary.logs_stopped == 1
+    # The recording never waited for the broker: complete and byte-identical.
+    files = recordings(out)
+    assert [path.read_bytes() for path in files] == [flight.data]
+    assert partial_files(out) == []
+    text = daemon.stderr()
+    assert "Traceback" not in text
+    assert " ERROR " not in text
+
+
+@pytest.mark.asyncio
+async def test_record_publishes_samples_under_the_vehicle_id(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    flight = make_flight(tmp_path, duration_s=2.0, seed=6)
+    source = read(flight.path)
+    port = free_udp_port()
+    out = tmp_path / "recordings"
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/v7/#") as messages:
+        record = Process(
+            [
+                "record", f"udpin:127.0.0.1:{port}", "--once", "--out", str(out),
+                "--mqtt", mosquitto.url, "--vehicle-id", "v7", "--mqtt-rate", "0",
+                "--idle-timeout", "0.5",
+            ],
+            tmp_path,
+            name="record",
+        )  # fmt: skip
+        processes.append(record)
+        await record.await_line("listening on")
+        sim = Process(
+            ["sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--rate", "usb"],
+            tmp_path,
+            name="sim",
+        )
+        processes.append(sim)
+        assert await record.await_exit(limit=30) == 0
+        assert await sim.await_exit() == 0
+        await asyncio.sleep(0.3)  # the last messages on their way from the broker
+
+    files = recordings(out)
+    assert len(files) == 1
+    assert_valid_ulog(files[0])
+    samples = json_samples(messages, "ulogstream/v7/json/")
+    expected = {f"{name}/{multi_id}" for name, multi_id in source.topics}
+    assert set(samples) == expected
+    # Every sample of a topic (rate 0 = no cap), in order, with the logged timestamps.
+    attitude = source.topics["vehicle_attitude", 0]
+    published = [int(str(sample["timestamp"])) for sample in samples["vehicle_attitude/0"]]
+    assert published == [int(t) for t in attitude.timestamps_us]
+    first = samples["vehicle_attitude/0"][0]
+    assert {"t", "timestamp", "q[0]", "q[3]"} <= set(first)
+    assert "ulogstream: error" not in record.stderr()

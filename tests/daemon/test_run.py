@@ -1,0 +1,293 @@
+"""``ulogstream run --config FILE`` as a real process against a simulated PX4.
+
+The vehicle is either ``ulogstream sim`` (another process, on UDP) or :func:`run_vehicle` in the
+test's event loop (on UDP, or on the master side of a real pseudo-terminal whose slave the daemon
+opens through a symlink, as udev's ``/dev/pixhawk``). PX4 streams a log until it is told to stop,
+so logs the daemon did not stop end by its idle timeout, without the last, partial packet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from daemon.support import (
+    Flight,
+    Process,
+    assert_valid_ulog,
+    daemon_config,
+    free_udp_port,
+    make_flight,
+    partial_files,
+    recordings,
+)
+from e2e.support import FdTransport, PtyPair
+
+from ulogstream.sim.runner import run_vehicle
+from ulogstream.sim.vehicle import VehicleConfig
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+FAST = VehicleConfig(link_rate=None, speed=None, stop_accept_delay=0.0)
+"""As fast as the link takes it, lossless."""
+
+
+def assert_clean_run(daemon: Process) -> None:
+    """No traceback and no ERROR line in the daemon's output."""
+    text = daemon.stderr()
+    assert "Traceback" not in text, text
+    assert " ERROR " not in text, text
+
+
+def assert_lossless_logs(files: list[Path], flight: Flight) -> None:
+    """Every file is valid and holds the flight's beginning: all it streamed, or until stopped."""
+    for path in files:
+        assert_valid_ulog(path)
+        data = path.read_bytes()
+        assert data == flight.streamed or flight.is_stopped_log(data), f"{path} is not the flight"
+
+
+def test_several_logs_in_a_row_each_in_its_own_file(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    flight = make_flight(tmp_path, duration_s=2.0, seed=1)
+    port = free_udp_port()
+    out = tmp_path / "recordings"
+    config = daemon_config(
+        tmp_path / "ulogstream.toml",
+        connection=f"udpin:127.0.0.1:{port}",
+        out_dir=out,
+        idle_timeout_s=0.5,
+    )
+    daemon = Process(["run", "--config", str(config)], tmp_path)
+    processes.append(daemon)
+    daemon.wait_for("listening on")
+    sim_args = ["sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--repeat"]
+    sim = Process([*sim_args, "--rate", "usb", "--speed", "max"], tmp_path, name="sim")
+    processes.append(sim)
+
+    daemon.wait_for("log finished", count=3, timeout=40)
+    assert daemon.terminate(signal.SIGTERM) == 0
+    assert sim.terminate(signal.SIGTERM) == 0
+
+    files = recordings(out)
+    assert len(files) >= 3
+    assert partial_files(out) == []
+    assert daemon.stderr().count("log finished") == len(files)
+    for path in files[:3]:
+        assert path.read_bytes() == flight.streamed
+    assert_lossless_logs(files, flight)
+    assert_clean_run(daemon)
+
+
+def test_vehicle_reboot_mid_log_gives_two_files(tmp_path: Path, processes: list[Process]) -> None:
+    flight = make_flight(tmp_path, duration_s=3.0, seed=2)
+    port = free_udp_port()
+    out = tmp_path / "recordings"
+    config = daemon_config(
+        tmp_path / "ulogstream.toml",
+        connection=f"udpin:127.0.0.1:{port}",
+        out_dir=out,
+        idle_timeout_s=0.5,
+    )
+    daemon = Process(["run", "--config", str(config)], tmp_path)
+    processes.append(daemon)
+    daemon.wait_for("listening on")
+    sim = Process(
+        [
+            "sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--rate", "usb",
+            "--speed", "max", "--reboot-at", "300", "--repeat",
+        ],
+        tmp_path,
+        name="sim",
+    )  # fmt: skip
+    processes.append(sim)
+
+    daemon.wait_for("log finished", count=2, timeout=30)
+    assert daemon.terminate(signal.SIGTERM) == 0
+    sim.terminate(signal.SIGTERM)
+
+    files = recordings(out)
+    assert partial_files(out) == []
+    before_reboot, after_reboot = (path.read_bytes() for path in files[:2])
+    # Cut by the reboot: the whole messages of the first 300 packets (at most 249 bytes each).
+    assert flight.is_stopped_log(before_reboot)
+    assert 200 * 249 < len(before_reboot) <= 300 * 249
+    assert after_reboot == flight.streamed
+    assert_lossless_logs(files, flight)
+    assert "incomplete: the stream stopped unannounced; new log" in daemon.stderr()
+    assert_clean_run(daemon)
+
+
+def point_symlink(link: Path, target: str) -> None:
+    """Point ``link`` at ``target`` atomically, as udev does with ``/dev/pixhawk``."""
+    staging = link.with_name(link.name + ".new")
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(target)
+    staging.replace(link)
+
+
+@pytest.mark.asyncio
+async def test_serial_device_that_vanishes_and_returns(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    flight = make_flight(tmp_path, duration_s=2.0, seed=3)
+    device = tmp_path / "pixhawk"
+    out = tmp_path / "recordings"
+    first = PtyPair.open()
+    point_symlink(device, first.device)
+    config = daemon_config(
+        tmp_path / "ulogstream.toml", connection=str(device), out_dir=out, idle_timeout_s=10.0
+    )
+    daemon = Process(["run", "--config", str(config)], tmp_path)
+    processes.append(daemon)
+    await daemon.await_line("listening on")
+
+    # First plug-in: the whole flight arrives, then the cable is pulled (the pty disappears).
+    delivered = asyncio.Event()
+    stop_first = asyncio.Event()
+    vehicle = asyncio.create_task(
+        run_vehicle(
+            flight.data,
+            FdTransport(first.master, first.device),
+            config=FAST,
+            keep_deliveries=False,
+            stop_event=stop_first,
+            on_log_delivered=lambda _index: delivered.set(),
+        )
+    )
+    await asyncio.wait_for(delivered.wait(), 20)
+    stop_first.set()
+    await vehicle
+    first.close()
+    await daemon.await_line("stopped working")
+    await daemon.await_line("log finished")
+    await daemon.await_line("retrying")
+    assert daemon.process.poll() is None, "the daemon exited when the device vanished"
+
+    # Plugged in again: a new pseudo-terminal behind the same path.
+    second = PtyPair.open()
+    try:
+        point_symlink(device, second.device)
+        delivered.clear()
+        vehicle = asyncio.create_task(
+            run_vehicle(
+                flight.data,
+                FdTransport(second.master, second.device),
+                config=FAST,
+                keep_deliveries=False,
+                on_log_delivered=lambda _index: delivered.set(),
+            )
+        )
+        await daemon.await_line("is back")
+        await asyncio.wait_for(delivered.wait(), 20)
+        daemon.send_signal(signal.SIGTERM)
+        summary = await asyncio.wait_for(vehicle, 20)  # ends with the STOP handshake
+        assert await daemon.await_exit() == 0
+    finally:
+        second.close()
+
+    assert summary.logs_stopped == 1
+    files = recordings(out)
+    assert partial_files(out) == []
+    assert [path.read_bytes() for path in files] == [flight.streamed, flight.data]
+    for path in files:
+        assert_valid_ulog(path)
+    text = daemon.stderr()
+    assert "incomplete: the link was lost" in text
+    assert f"serial device {device}" in text
+    assert_clean_run(daemon)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_mid_log_stops_cleanly(
+    tmp_path: Path, processes: list[Process], signum: signal.Signals
+) -> None:
+    flight = make_flight(tmp_path, duration_s=20.0, seed=4)
+    port = free_udp_port()
+    out = tmp_path / "recordings"
+    config = daemon_config(
+        tmp_path / "ulogstream.toml", connection=f"udpin:127.0.0.1:{port}", out_dir=out
+    )
+    daemon = Process(["run", "--config", str(config)], tmp_path)
+    processes.append(daemon)
+    daemon.wait_for("listening on")
+    sim_args = ["sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--rate", "usb"]
+    sim = Process([*sim_args, "--speed", "4"], tmp_path, name="sim")
+    processes.append(sim)
+    daemon.wait_for("recording ")
+    time.sleep(1.0)  # streaming for a moment
+    assert daemon.terminate(signum) == 0
+    assert sim.wait() == 0  # the simulated PX4 exits after its log was stopped
+
+    files = recordings(out)
+    assert len(files) == 1
+    assert partial_files(out) == []
+    recording = files[0].read_bytes()
+    assert len(recording) < len(flight.data), "the signal came after the whole flight"
+    assert flight.is_stopped_log(recording)
+    assert_valid_ulog(files[0])
+    assert "complete; stopped" in daemon.stderr()
+    assert_clean_run(daemon)
+
+
+def test_sigterm_while_the_device_is_missing_exits_at_once(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    device = tmp_path / "pixhawk"
+    config = daemon_config(
+        tmp_path / "ulogstream.toml", connection=str(device), out_dir=tmp_path / "recordings"
+    )
+    daemon = Process(["run", "--config", str(config)], tmp_path)
+    processes.append(daemon)
+    daemon.wait_for(f"serial device {device} does not exist")
+    time.sleep(1.0)  # a few attempts: the daemon keeps waiting for the device
+    assert daemon.process.poll() is None
+    assert daemon.stderr().count("does not exist") == 1, "the same warning was repeated"
+    started = time.monotonic()
+    assert daemon.terminate(signal.SIGTERM) == 0
+    assert time.monotonic() - started < 3.0
+    assert_clean_run(daemon)
+
+
+@pytest.mark.asyncio
+async def test_record_once_ends_when_the_device_vanishes_mid_log(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    flight = make_flight(tmp_path, duration_s=2.0, seed=8)
+    out = tmp_path / "recordings"
+    pair = PtyPair.open()
+    try:
+        record = Process(
+            ["record", pair.device, "--once", "--out", str(out), "--idle-timeout", "10"],
+            tmp_path,
+            name="record",
+        )
+        processes.append(record)
+        await record.await_line("listening on")
+        delivered = asyncio.Event()
+        stop = asyncio.Event()
+        vehicle = asyncio.create_task(
+            run_vehicle(
+                flight.data,
+                FdTransport(pair.master, pair.device),
+                config=FAST,
+                keep_deliveries=False,
+                stop_event=stop,
+                on_log_delivered=lambda _index: delivered.set(),
+            )
+        )
+        await asyncio.wait_for(delivered.wait(), 20)
+        stop.set()
+        await vehicle
+    finally:
+        pair.close()
+    # The first log ended (the link was lost): --once is done.
+    assert await record.await_exit() == 0
+    files = recordings(out)
+    assert [path.read_bytes() for path in files] == [flight.streamed]
+    assert "incomplete: the link was lost" in record.stderr()
