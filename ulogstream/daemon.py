@@ -92,6 +92,7 @@ class RecorderStatus:
     log_bytes: int = 0
     logs_finished: int = 0
     bytes_total: int = 0
+    bytes_per_s: float = 0.0
     packets: int = 0
     gaps: int = 0
     packets_lost: int = 0
@@ -556,7 +557,6 @@ class Recorder:
         self._status_stream = status_stream
         self._notifier = notifier or Notifier({})
         self._stop_requested = asyncio.Event()
-        self._once_done = False
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
         self.publisher = build_publisher(settings.mqtt)
@@ -581,7 +581,7 @@ class Recorder:
         side_tasks = [asyncio.create_task(self._status_loop())]
         if self.publisher is not None:
             side_tasks.append(asyncio.create_task(self.publisher.sink.run()))
-        self._notifier.ready(f"recording from {self._spec_text()}")
+        self._notifier.ready(f"recording from {self.settings.link.connection}")
         try:
             await self._link_loop()
         finally:
@@ -600,9 +600,6 @@ class Recorder:
                     loop.remove_signal_handler(signum)
             self._draw_status(final=True)
         return self.exit_code
-
-    def _spec_text(self) -> str:
-        return self.settings.link.connection
 
     async def _link_loop(self) -> None:
         attempt = 0
@@ -713,14 +710,14 @@ class Recorder:
             delay = TIMER_TICK_S
             if deadline is not None:
                 delay = min(delay, max(0.0, deadline - time.monotonic()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop_requested.wait(), delay)
-            if self._stop_requested.is_set() and stopping:
+            if stopping:
                 await asyncio.sleep(delay)
+            else:  # wake at once for a stop request
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_requested.wait(), delay)
 
     def _log_ended(self, _ended: LogEnded) -> None:
         if self.once:
-            self._once_done = True
             self._stop_requested.set()
 
     async def _status_loop(self) -> None:
@@ -742,7 +739,7 @@ class Recorder:
                     )
             elapsed = now - last_time
             if elapsed >= 1.0:
-                self.status_rate = (self.status.bytes_total - last_bytes) / elapsed
+                self.status.bytes_per_s = (self.status.bytes_total - last_bytes) / elapsed
                 last_bytes, last_time = self.status.bytes_total, now
             self._draw_status()
             if watchdog is not None and now >= next_watchdog:
@@ -752,9 +749,6 @@ class Recorder:
                 self._notifier.status(self.status_text())
                 next_notify = now + 5.0
             await asyncio.sleep(STATUS_INTERVAL_S)
-
-    status_rate = 0.0
-    """Bytes per second recorded over the last second."""
 
     def _status_fields(self) -> dict[str, str | int | float | bool | None]:
         status = self.status
@@ -778,7 +772,7 @@ class Recorder:
         name = "-" if status.log_path is None else status.log_path.name
         text = (
             f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
-            f"{self.status_rate / 1e3:.0f} KB/s, {status.packets} packets, "
+            f"{status.bytes_per_s / 1e3:.0f} KB/s, {status.packets} packets, "
             f"{status.gaps} gaps ({status.packets_lost} lost), {status.dropouts} dropouts"
         )
         if self.publisher is not None:
