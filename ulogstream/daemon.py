@@ -202,12 +202,6 @@ class Pipeline:
                     later.append(output)
         if later:
             self.execute(later, now)
-            publisher = self.publisher
-            if publisher is not None:
-                # Held samples of paused topics come due between timer ticks: send them now.
-                deadline = publisher.policy.next_deadline()
-                if deadline is not None and deadline <= now:
-                    publisher.offer(publisher.policy.flush_due(now))
 
     # -- everything else -----------------------------------------------------------------
 
@@ -321,8 +315,14 @@ class Pipeline:
             logger.error("live decoding stopped for this log: %s (recording goes on)", err)  # noqa: TRY400 (one line, no traceback: the input is bad, not the code)
             return
         self._count(events)
-        if self.publisher is not None:
-            self.publisher.events(events, self._decode_now)
+        publisher = self.publisher
+        if publisher is not None:
+            now = self._decode_now
+            publisher.events(events, now)
+            # Held samples of paused topics come due between timer ticks: send them now.
+            deadline = publisher.policy.next_deadline()
+            if deadline is not None and deadline <= now:
+                publisher.offer(publisher.policy.flush_due(now))
 
     def _close_parser(self, now: float) -> None:
         """Decode what is left of the current log, then end its parser."""
