@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import time
@@ -65,6 +66,9 @@ REJECTED_RETRY_S = 30.0
 
 STATUS_INTERVAL_S = 0.5
 """Refresh period of the terminal status line and the MQTT status counters."""
+
+STATUS_LOG_INTERVAL_S = 60.0
+"""Period of the key=value status line logged when there is no terminal status line."""
 
 TIMER_TICK_S = 0.05
 """Longest sleep of the timer loop: deadlines set while it sleeps are late by at most this."""
@@ -725,6 +729,7 @@ class Recorder:
         next_watchdog = 0.0
         next_notify = 0.0
         started = time.monotonic()
+        next_log = started + STATUS_LOG_INTERVAL_S
         last_bytes, last_time = 0, started
         while True:
             now = time.monotonic()
@@ -748,6 +753,11 @@ class Recorder:
             if now >= next_notify:
                 self._notifier.status(self.status_text())
                 next_notify = now + 5.0
+            if self._status_stream is None and pipeline is not None and now >= next_log:
+                # No terminal (the journal, a pipe): the counters as one key=value line.
+                fields = " ".join(f"{k}={json.dumps(v)}" for k, v in self._status_fields().items())
+                logger.info("status state=%s %s", self.status.state.replace(" ", "_"), fields)
+                next_log = now + STATUS_LOG_INTERVAL_S
             await asyncio.sleep(STATUS_INTERVAL_S)
 
     def _status_fields(self) -> dict[str, str | int | float | bool | None]:

@@ -78,7 +78,8 @@ class DemoResult:
     sim: SimSummary | None
 
 
-def _free_udp_port() -> int:
+def free_udp_port() -> int:
+    """A UDP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -94,7 +95,7 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
     with tempfile.TemporaryDirectory(prefix="ulogstream-demo-") as tmp:
         source = Path(tmp) / "simulated-flight.ulg"
         flight = generate_flight_log(source, duration_s=options.duration_s, seed=options.seed)
-        port = _free_udp_port()
+        port = free_udp_port()
         settings = Settings(
             link=LinkSettings(connection=f"udpin:127.0.0.1:{port}"),
             recording=RecordingSettings(out_dir=options.out_dir, min_free_mb=50),

@@ -37,10 +37,10 @@ from daemon.support import (  # noqa: E402
     Flight,
     Process,
     daemon_config,
-    free_udp_port,
     make_flight,
 )
 
+from ulogstream.demo import free_udp_port  # noqa: E402
 from ulogstream.sim.vehicle import USB_LINK_RATE  # noqa: E402
 from ulogstream.ulog.reader import read  # noqa: E402
 

@@ -13,7 +13,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from ulogstream.ulog.reader import read
 from ulogstream.ulog.spec import MessageType
 
 if TYPE_CHECKING:
+    import socket
     from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
@@ -62,14 +62,6 @@ def received(server: socket.socket) -> list[bytes]:
             datagrams.append(server.recv(4096))
         except BlockingIOError:
             return datagrams
-
-
-def free_udp_port() -> int:
-    """A UDP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def toml_text(value: str | float | bool | list[str]) -> str:  # noqa: FBT001

@@ -13,7 +13,6 @@ from daemon.support import (
     assert_valid_ulog,
     daemon_config,
     eventually,
-    free_udp_port,
     json_samples,
     make_flight,
     partial_files,
@@ -21,6 +20,7 @@ from daemon.support import (
     subscriber,
 )
 
+from ulogstream.demo import free_udp_port
 from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 from ulogstream.ulog.reader import read

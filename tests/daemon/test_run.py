@@ -19,13 +19,13 @@ from daemon.support import (
     Process,
     assert_valid_ulog,
     daemon_config,
-    free_udp_port,
     make_flight,
     partial_files,
     recordings,
 )
 from e2e.support import FdTransport, PtyPair
 
+from ulogstream.demo import free_udp_port
 from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import VehicleConfig
 

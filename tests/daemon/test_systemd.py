@@ -11,7 +11,9 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import Process, clean_environment, daemon_config, free_udp_port, received
+from daemon.support import Process, clean_environment, daemon_config, received
+
+from ulogstream.demo import free_udp_port
 
 if TYPE_CHECKING:
     import socket

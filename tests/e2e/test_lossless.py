@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,6 +18,7 @@ from e2e.support import (
 
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.daemon import Recorder
+from ulogstream.demo import free_udp_port
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 
 if TYPE_CHECKING:
@@ -40,13 +40,6 @@ def fixture_pty_pair() -> Iterator[PtyPair]:
     pair = PtyPair.open()
     yield pair
     pair.close()
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def assert_one_identical_file(files: list[Path], log: bytes) -> None:

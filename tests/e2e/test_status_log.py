@@ -1,0 +1,37 @@
+"""Without a terminal, the recorder logs its counters as one key=value line now and then."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+import pytest
+from e2e.support import flight_log, record, recorder_settings
+
+from ulogstream import daemon
+from ulogstream.daemon import Recorder
+from ulogstream.demo import free_udp_port
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_counters_are_logged_as_key_value_lines_for_the_journal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(daemon, "STATUS_LOG_INTERVAL_S", 0.2)
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    log = flight_log(6.0)
+    port = free_udp_port()
+    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
+    session = await record(log, recorder, f"udpout:127.0.0.1:{port}")
+    assert session.exit_code == 0
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("status ")]
+    assert lines, "no status line was logged"
+    fields = dict(pair.split("=", 1) for pair in lines[-1].split()[1:])
+    assert {"state", "packets", "gaps", "dropouts", "logs", "mqtt_dropped"} <= fields.keys()
+    assert json.loads(fields["packets"]) > 0
+    assert json.loads(fields["log_bytes"]) >= 0
