@@ -767,14 +767,17 @@ def _run_replay(args: argparse.Namespace) -> int:
         overrides["mqtt.default_rate_hz"] = args.mqtt_rate
     settings = load_settings(args.config, overrides)
     _setup_logging(settings.log.level, terminal=sys.stderr.isatty())
+    progress = ProgressLine(sys.stderr, f"replaying {args.file.name}")
     stats = asyncio.run(
         replay_to_mqtt(
             args.file,
             mqtt=sink_settings(settings.mqtt),
             publish=publish_settings(settings.mqtt),
             speed=args.speed if args.speed > 0 else None,
+            progress=progress,
         )
     )
+    progress.done()
     sys.stdout.write(
         f"published {stats.messages} messages covering {stats.log_duration_s:.1f} s of log "
         f"in {stats.elapsed_s:.1f} s\n"

@@ -97,6 +97,20 @@ async def test_unpaced_replay_thins_by_the_logs_own_clock(tmp_path: Path) -> Non
 
 
 @pytest.mark.asyncio
+async def test_replay_reports_progress_through_the_whole_file(tmp_path: Path) -> None:
+    path = write_log(tmp_path / "a.ulg", seconds=60.0, hz=100)  # ~170 KB: several blocks
+    calls: list[tuple[int, int]] = []
+    policy = PublishPolicy(PublishSettings(vehicle_id="v"))
+    await replay(
+        path, policy=policy, sink=ListSink(), speed=None, progress=lambda *a: calls.append(a)
+    )
+    size = path.stat().st_size
+    assert len(calls) >= 2  # more than one block: the line moves
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert calls[-1] == (size, size)
+
+
+@pytest.mark.asyncio
 async def test_a_bad_speed_is_refused(tmp_path: Path) -> None:
     path = write_log(tmp_path / "a.ulg", seconds=0.1, hz=10)
     policy = PublishPolicy(PublishSettings(vehicle_id="v"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -92,6 +93,7 @@ async def replay(
     chunk_size: int = CHUNK_SIZE,
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReplayStats:
     """Publish the log at ``path`` through ``policy`` into ``sink`` as if it arrived live.
 
@@ -104,6 +106,7 @@ async def replay(
         chunk_size: Bytes handed to the parser at a time.
         clock: Monotonic clock in seconds.
         wall_clock: Epoch clock in seconds, the log's wall-time anchor.
+        progress: Called as ``progress(bytes_done, bytes_total)`` after each block of the file.
 
     Returns:
         Counts and durations.
@@ -132,8 +135,11 @@ async def replay(
     events_seen = 0
     now = started
     previous_s = skipped_s = 0.0
+    done = 0
     with path.open("rb") as file:
+        total = os.fstat(file.fileno()).st_size
         while block := file.read(READ_SIZE):
+            done += len(block)
             for start in range(0, len(block), chunk_size):
                 events = parser.receive_bytes(block[start : start + chunk_size])
                 if not events:
@@ -160,6 +166,8 @@ async def replay(
                 for event in events:
                     offer_all(policy.select(event, now))
                 offer_all(policy.flush_due(now))
+            if progress is not None:
+                progress(done, total)
             await asyncio.sleep(0)  # let the sink drain between file reads
     for event in parser.close():
         offer_all(policy.select(event, now))
@@ -180,6 +188,7 @@ async def replay_to_mqtt(
     publish: PublishSettings,
     speed: float | None = 1.0,
     drain_timeout: float = 10.0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ReplayStats:
     """Replay ``path`` to the broker in ``mqtt`` (what ``ulogstream replay FILE --mqtt URL`` runs).
 
@@ -192,6 +201,7 @@ async def replay_to_mqtt(
         publish: Topics, encodings and rates.
         speed: Multiple of the log's pace, or None for as fast as the broker takes it.
         drain_timeout: Seconds to wait at the end for unsent messages.
+        progress: Called as ``progress(bytes_done, bytes_total)`` as the file is read.
 
     Raises:
         ConfigError: A setting cannot be used.
@@ -202,7 +212,7 @@ async def replay_to_mqtt(
     sink = MqttSink(mqtt, will=policy.last_will())
     runner = asyncio.create_task(sink.run())
     try:
-        stats = await replay(path, policy=policy, sink=sink, speed=speed)
+        stats = await replay(path, policy=policy, sink=sink, speed=speed, progress=progress)
         sink.offer(policy.offline_status(time.monotonic()))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(drain_timeout):
