@@ -14,7 +14,7 @@ import termios
 
 import serial
 
-from ulogstream.adapters.transport import DEFAULT_MAX_WRITE_BUFFER
+from ulogstream.adapters.transport import DEFAULT_MAX_WRITE_BUFFER, ReadableWaiter
 from ulogstream.errors import LinkError
 
 DEFAULT_BAUD = 57600
@@ -59,7 +59,7 @@ class SerialTransport:
         self._outgoing = bytearray()
         self._dropped_sends = 0
         self._closed = False
-        self._readable: asyncio.Future[None] | None = None
+        self._readable = ReadableWaiter(self._fd)
         self._burst = 0
         os.set_blocking(self._fd, False)
         # pyserial's timeout=0 sets VMIN=0, with which an empty read returns b"" instead of
@@ -122,19 +122,8 @@ class SerialTransport:
                     return data
             # Waiting also lets other tasks run after a burst of back-to-back reads.
             self._burst = 0
-            await self._wait_readable()
+            await self._readable.wait()
         return b""
-
-    async def _wait_readable(self) -> None:
-        readable = self._loop.create_future()
-        self._readable = readable
-        self._loop.add_reader(self._fd, _set_done, readable)
-        try:
-            await readable
-        finally:
-            self._readable = None
-            if not self._closed:
-                self._loop.remove_reader(self._fd)
 
     def _lost(self, reason: str) -> str:
         return f"serial device {self._device} stopped working ({reason}); was it unplugged?"
@@ -178,20 +167,13 @@ class SerialTransport:
         if self._closed:
             return
         self._closed = True
-        self._loop.remove_reader(self._fd)
+        self._readable.close()
         self._loop.remove_writer(self._fd)
-        if self._readable is not None:
-            _set_done(self._readable)
         self._port.close()
 
     def describe(self) -> str:
         """The device and baud rate."""
         return f"{self._device}:{self._baud}"
-
-
-def _set_done(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _open_error(device: str, err: serial.SerialException) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 DEFAULT_MAX_WRITE_BUFFER = 1 << 16
@@ -43,3 +44,48 @@ class Transport(Protocol):
     def describe(self) -> str:
         """Name the link for log messages, e.g. ``udpin:0.0.0.0:14550``."""
         ...
+
+
+class ReadableWaiter:
+    """Waits until a non-blocking file descriptor has data, on the running event loop.
+
+    The transports read their descriptor directly until it would block, then wait here; this
+    costs one event-loop wake-up per burst instead of a protocol callback per chunk.
+
+    Args:
+        fd: The descriptor (a socket's or a serial port's).
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._loop = asyncio.get_running_loop()
+        self._waiting: asyncio.Future[None] | None = None
+        self._closed = False
+
+    async def wait(self) -> None:
+        """Return once ``fd`` is readable, or at once after :meth:`close`."""
+        if self._closed:
+            return
+        readable = self._loop.create_future()
+        self._waiting = readable
+        self._loop.add_reader(self._fd, _set_done, readable)
+        try:
+            await readable
+        finally:
+            self._waiting = None
+            if not self._closed:
+                self._loop.remove_reader(self._fd)
+
+    def close(self) -> None:
+        """Stop watching ``fd`` (before it is closed) and release a waiting :meth:`wait`."""
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self._fd)
+        if self._waiting is not None:
+            _set_done(self._waiting)
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

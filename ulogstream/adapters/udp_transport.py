@@ -12,6 +12,7 @@ import asyncio
 import errno
 import socket
 
+from ulogstream.adapters.transport import ReadableWaiter
 from ulogstream.errors import LinkError
 
 Address = tuple[str, int]
@@ -47,7 +48,7 @@ class UdpTransport:
         self._peer = peer
         self._follow_sender = follow_sender
         self._loop = asyncio.get_running_loop()
-        self._readable: asyncio.Future[None] | None = None
+        self._readable = ReadableWaiter(sock.fileno())
         self._burst = 0
         self._closed = False
         self._dropped_sends = 0
@@ -133,20 +134,8 @@ class UdpTransport:
                     return data
             # Waiting also lets other tasks run after a burst of back-to-back datagrams.
             self._burst = 0
-            await self._wait_readable()
+            await self._readable.wait()
         return b""
-
-    async def _wait_readable(self) -> None:
-        readable = self._loop.create_future()
-        self._readable = readable
-        fd = self._sock.fileno()
-        self._loop.add_reader(fd, _set_done, readable)
-        try:
-            await readable
-        finally:
-            self._readable = None
-            if not self._closed:
-                self._loop.remove_reader(fd)
 
     def send(self, data: bytes) -> None:
         """Send one datagram to the peer without waiting; dropped (and counted) if it cannot go."""
@@ -164,9 +153,7 @@ class UdpTransport:
         if self._closed:
             return
         self._closed = True
-        self._loop.remove_reader(self._sock.fileno())
-        if self._readable is not None:
-            _set_done(self._readable)
+        self._readable.close()
         self._sock.close()
 
     def describe(self) -> str:
@@ -190,11 +177,6 @@ def _udp_socket(family: socket.AddressFamily, receive_buffer: int) -> socket.soc
     sock = socket.socket(family, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     return sock
-
-
-def _set_done(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _bind_error(name: str, host: str, port: int, err: OSError) -> str:
