@@ -12,6 +12,7 @@ from e2e.support import flight_log, record, recorder_settings
 from ulogstream import daemon
 from ulogstream.daemon import Recorder
 from ulogstream.demo import free_udp_port
+from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -22,12 +23,14 @@ if TYPE_CHECKING:
 async def test_counters_are_logged_as_key_value_lines_for_the_journal(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(daemon, "STATUS_LOG_INTERVAL_S", 0.2)
+    monkeypatch.setattr(daemon, "STATUS_INTERVAL_S", 0.02)
+    monkeypatch.setattr(daemon, "STATUS_LOG_INTERVAL_S", 0.05)
     caplog.set_level(logging.INFO, logger="ulogstream")
-    log = flight_log(6.0)
+    log = flight_log(10.0)
     port = free_udp_port()
     recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
-    session = await record(log, recorder, f"udpout:127.0.0.1:{port}")
+    usb = VehicleConfig(link_rate=USB_LINK_RATE, speed=None)  # ~1 s: several status periods
+    session = await record(log, recorder, f"udpout:127.0.0.1:{port}", config=usb)
     assert session.exit_code == 0
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("status ")]
     assert lines, "no status line was logged"
