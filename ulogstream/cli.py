@@ -813,7 +813,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         mqtt_url=args.mqtt,
     )
     terminal = sys.stdout.isatty()
-    _setup_logging("warning", terminal=sys.stderr.isatty())
+    # The injected losses are the point of the demo and its view shows them: warn of no more.
+    _setup_logging("error", terminal=sys.stderr.isatty())
     sys.stdout.write(
         f"Generating a {options.duration_s:.0f} s quadrotor flight and streaming it from a "
         f"simulated PX4 at {options.speed:g}x...\n"
