@@ -25,6 +25,7 @@ import aiomqtt
 from pyulog import ULog
 
 from ulogstream.sim.flightlog import generate_flight_log
+from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import (
     SendLoggingData,
     SimVehicle,
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     import socket
     from collections.abc import AsyncIterator, Callable
     from pathlib import Path
+
+    from ulogstream.adapters.transport import Transport
+    from ulogstream.sim.runner import SimSummary
 
 START_TIMEOUT = 20.0
 """Seconds a subprocess may take to get somewhere on a loaded 2-core machine."""
@@ -404,3 +408,25 @@ def json_samples(messages: list[Received], prefix: str) -> dict[str, list[dict[s
             assert isinstance(value, dict)
             samples.setdefault(message.topic[len(prefix) :], []).append(value)
     return samples
+
+
+def start_vehicle(
+    log: bytes,
+    link: Transport | str,
+    *,
+    config: VehicleConfig,
+    stop_event: asyncio.Event | None = None,
+) -> tuple[asyncio.Task[SimSummary], asyncio.Event]:
+    """Stream ``log`` from a simulated PX4; the event is set once all its data was delivered."""
+    delivered = asyncio.Event()
+    task = asyncio.create_task(
+        run_vehicle(
+            log,
+            link,
+            config=config,
+            keep_deliveries=False,
+            stop_event=stop_event,
+            on_log_delivered=lambda _index: delivered.set(),
+        )
+    )
+    return task, delivered

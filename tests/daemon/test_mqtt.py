@@ -17,11 +17,11 @@ from daemon.support import (
     make_flight,
     partial_files,
     recordings,
+    start_vehicle,
     subscriber,
 )
 
 from ulogstream.demo import free_udp_port
-from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 from ulogstream.ulog.reader import read
 
@@ -57,15 +57,10 @@ async def test_broker_down_and_up_while_recording(
     processes.append(daemon)
     await daemon.await_line("MQTT connected")
 
-    delivered = asyncio.Event()
-    vehicle = asyncio.create_task(
-        run_vehicle(
-            flight.data,
-            f"udpout:127.0.0.1:{port}",
-            config=VehicleConfig(link_rate=USB_LINK_RATE, speed=1.0),
-            keep_deliveries=False,
-            on_log_delivered=lambda _index: delivered.set(),
-        )
+    vehicle, delivered = start_vehicle(
+        flight.data,
+        f"udpout:127.0.0.1:{port}",
+        config=VehicleConfig(link_rate=USB_LINK_RATE, speed=1.0),
     )
     try:
         async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/v1/#") as before:

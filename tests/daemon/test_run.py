@@ -22,11 +22,11 @@ from daemon.support import (
     make_flight,
     partial_files,
     recordings,
+    start_vehicle,
 )
 from e2e.support import FdTransport, PtyPair
 
 from ulogstream.demo import free_udp_port
-from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import VehicleConfig
 
 if TYPE_CHECKING:
@@ -148,17 +148,9 @@ async def test_serial_device_that_vanishes_and_returns(
     await daemon.await_line("listening on")
 
     # First plug-in: the whole flight arrives, then the cable is pulled (the pty disappears).
-    delivered = asyncio.Event()
     stop_first = asyncio.Event()
-    vehicle = asyncio.create_task(
-        run_vehicle(
-            flight.data,
-            FdTransport(first.master, first.device),
-            config=FAST,
-            keep_deliveries=False,
-            stop_event=stop_first,
-            on_log_delivered=lambda _index: delivered.set(),
-        )
+    vehicle, delivered = start_vehicle(
+        flight.data, FdTransport(first.master, first.device), config=FAST, stop_event=stop_first
     )
     await asyncio.wait_for(delivered.wait(), 20)
     stop_first.set()
@@ -173,15 +165,8 @@ async def test_serial_device_that_vanishes_and_returns(
     second = PtyPair.open()
     try:
         point_symlink(device, second.device)
-        delivered.clear()
-        vehicle = asyncio.create_task(
-            run_vehicle(
-                flight.data,
-                FdTransport(second.master, second.device),
-                config=FAST,
-                keep_deliveries=False,
-                on_log_delivered=lambda _index: delivered.set(),
-            )
+        vehicle, delivered = start_vehicle(
+            flight.data, FdTransport(second.master, second.device), config=FAST
         )
         await daemon.await_line("is back")
         await asyncio.wait_for(delivered.wait(), 20)
@@ -269,17 +254,9 @@ async def test_record_once_ends_when_the_device_vanishes_mid_log(
         )
         processes.append(record)
         await record.await_line("listening on")
-        delivered = asyncio.Event()
         stop = asyncio.Event()
-        vehicle = asyncio.create_task(
-            run_vehicle(
-                flight.data,
-                FdTransport(pair.master, pair.device),
-                config=FAST,
-                keep_deliveries=False,
-                stop_event=stop,
-                on_log_delivered=lambda _index: delivered.set(),
-            )
+        vehicle, delivered = start_vehicle(
+            flight.data, FdTransport(pair.master, pair.device), config=FAST, stop_event=stop
         )
         await asyncio.wait_for(delivered.wait(), 20)
         stop.set()
