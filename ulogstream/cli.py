@@ -466,18 +466,14 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
         help="csv: one file per topic instance, as pyulog's ulog2csv (default);"
         " rosbag: a ROS 1 bag; mcap: an MCAP file with ROS 2 messages",
     )
-    parser.add_argument(
-        "-o",
-        "--out",
-        type=Path,
-        required=True,
-        help="csv: the output directory (created if missing); rosbag/mcap: the file to create",
-    )
+    where = "csv: the output directory (created if missing); rosbag/mcap: the file to create"
+    parser.add_argument("output", type=Path, nargs="?", metavar="OUT", help=where)
+    parser.add_argument("-o", "--out", type=Path, help=f"the same as OUT ({where})")
 
 
 def _run_export(args: argparse.Namespace) -> int:
     src: Path = args.file
-    dst: Path = args.out
+    dst: Path = args.output if args.output is not None else args.out
     if not src.is_file():
         msg = f"cannot read {src}: no such file (check the path)"
         raise CliError(msg)
@@ -865,7 +861,16 @@ def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.Ar
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (``sys.argv[1:]`` when None); return the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # ``export FILE --format rosbag OUT``: argparse cannot take a positional after options.
+        if args.command == "export" and args.output is None and len(extra) == 1:
+            args.output = Path(extra[0])
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "export" and (args.output is None) == (args.out is None):
+        parser.error("export needs one output: OUT (e.g. flight.bag) or --out, not both or neither")
     run: Callable[[argparse.Namespace], int] = args.run
     try:
         return run(args)

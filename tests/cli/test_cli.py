@@ -221,6 +221,37 @@ def test_export_rosbag_and_mcap_write_their_file_once(
     _assert_one_error_line(status, err, str(out_file), "already exists")
 
 
+@pytest.mark.parametrize(
+    "order",
+    [
+        ["{log}", "--format", "rosbag", "{out}"],  # as the issue writes it: OUT after the options
+        ["{log}", "{out}", "--format", "rosbag"],
+        ["--format", "rosbag", "{log}", "{out}"],
+    ],
+)
+def test_export_takes_the_output_as_a_positional_anywhere(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, order: list[str]
+) -> None:
+    log = _small_log(tmp_path / "small.ulg")
+    out_file = tmp_path / "flight.bag"
+    argv = [arg.format(log=log, out=out_file) for arg in order]
+    status, out, err = _run(capsys, "export", *argv)
+    assert out.startswith(f"wrote {out_file}")
+    assert (status, err) == (0, "")
+    assert out_file.read_bytes().startswith(b"#ROSBAG V2.0\n")
+
+
+@pytest.mark.parametrize("outputs", [["a.bag", "-o", "b.bag"], ["-f", "mcap"]])
+def test_export_refuses_two_outputs_or_none(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, outputs: list[str]
+) -> None:
+    log = _small_log(tmp_path / "small.ulg")
+    with pytest.raises(SystemExit) as info:
+        main(["export", str(log), *outputs])
+    _, err = capsys.readouterr()
+    _assert_one_error_line(int(str(info.value.code)), err, "one output")
+
+
 def test_export_warns_about_corruption_on_stderr(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
