@@ -51,21 +51,29 @@ def assert_lossless_logs(files: list[Path], flight: Flight) -> None:
         assert data == flight.streamed or flight.is_stopped_log(data), f"{path} is not the flight"
 
 
-def test_several_logs_in_a_row_each_in_its_own_file(
-    tmp_path: Path, processes: list[Process]
-) -> None:
-    flight = make_flight(tmp_path, duration_s=2.0, seed=1)
+def start_daemon_on_udp(
+    tmp_path: Path, processes: list[Process], *, idle_timeout_s: float = 1.0
+) -> tuple[Process, int, Path]:
+    """``ulogstream run`` listening on a free UDP port; its process, port and recordings dir."""
     port = free_udp_port()
     out = tmp_path / "recordings"
     config = daemon_config(
         tmp_path / "ulogstream.toml",
         connection=f"udpin:127.0.0.1:{port}",
         out_dir=out,
-        idle_timeout_s=0.5,
+        idle_timeout_s=idle_timeout_s,
     )
     daemon = Process(["run", "--config", str(config)], tmp_path)
     processes.append(daemon)
     daemon.wait_for("listening on")
+    return daemon, port, out
+
+
+def test_several_logs_in_a_row_each_in_its_own_file(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    flight = make_flight(tmp_path, duration_s=2.0, seed=1)
+    daemon, port, out = start_daemon_on_udp(tmp_path, processes, idle_timeout_s=0.5)
     sim_args = ["sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--repeat"]
     sim = Process([*sim_args, "--rate", "usb", "--speed", "max"], tmp_path, name="sim")
     processes.append(sim)
@@ -86,17 +94,7 @@ def test_several_logs_in_a_row_each_in_its_own_file(
 
 def test_vehicle_reboot_mid_log_gives_two_files(tmp_path: Path, processes: list[Process]) -> None:
     flight = make_flight(tmp_path, duration_s=3.0, seed=2)
-    port = free_udp_port()
-    out = tmp_path / "recordings"
-    config = daemon_config(
-        tmp_path / "ulogstream.toml",
-        connection=f"udpin:127.0.0.1:{port}",
-        out_dir=out,
-        idle_timeout_s=0.5,
-    )
-    daemon = Process(["run", "--config", str(config)], tmp_path)
-    processes.append(daemon)
-    daemon.wait_for("listening on")
+    daemon, port, out = start_daemon_on_udp(tmp_path, processes, idle_timeout_s=0.5)
     sim = Process(
         [
             "sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--rate", "usb",
@@ -193,14 +191,7 @@ def test_signal_mid_log_stops_cleanly(
     tmp_path: Path, processes: list[Process], signum: signal.Signals
 ) -> None:
     flight = make_flight(tmp_path, duration_s=20.0, seed=4)
-    port = free_udp_port()
-    out = tmp_path / "recordings"
-    config = daemon_config(
-        tmp_path / "ulogstream.toml", connection=f"udpin:127.0.0.1:{port}", out_dir=out
-    )
-    daemon = Process(["run", "--config", str(config)], tmp_path)
-    processes.append(daemon)
-    daemon.wait_for("listening on")
+    daemon, port, out = start_daemon_on_udp(tmp_path, processes)
     sim_args = ["sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--rate", "usb"]
     sim = Process([*sim_args, "--speed", "4"], tmp_path, name="sim")
     processes.append(sim)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,7 @@ from e2e.support import (
 
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.daemon import Recorder
+from ulogstream.demo import free_udp_port
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.runner import run_vehicle
@@ -52,13 +52,6 @@ async def listening_vehicle() -> tuple[UdpTransport, str]:
     """The vehicle's UDP end on a free port, and the recorder's connection string toward it."""
     link = await UdpTransport.listen("127.0.0.1", 0)
     return link, f"udpout:127.0.0.1:{link.local_address[1]}"
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def finished_messages(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import socket
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +24,7 @@ from e2e.support import (
 from ulogstream.adapters.file_sink import MB, UlgFileSink, whole_messages_end
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.daemon import Recorder
+from ulogstream.demo import free_udp_port
 from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig, split_log
 from ulogstream.stream.packets import MAV_CMD_LOGGING_START, MAV_CMD_LOGGING_STOP
@@ -33,13 +33,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 START, STOP = MAV_CMD_LOGGING_START, MAV_CMD_LOGGING_STOP
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def post_flight_tail(log: bytes) -> bytes:
