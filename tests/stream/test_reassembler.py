@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import random
 import struct
 from dataclasses import replace
@@ -49,10 +50,12 @@ def feed(
     start: float = 0.0,
     step: float = 0.001,
 ) -> list[ReassemblerOutput]:
+    """Deliver ``packets`` ``step`` seconds apart, then let the reorder window run out."""
     reassembler = LogStreamReassembler() if reassembler is None else reassembler
     out: list[ReassemblerOutput] = []
     for number, packet in enumerate(packets):
         out.extend(reassembler.receive_packet(packet, start + number * step))
+    reassembler.handle_timer(math.inf, out)
     return out
 
 
@@ -155,11 +158,95 @@ def test_identical_packet_zero_far_into_a_log_starts_a_new_log() -> None:
     assert written(second) == ULOG
 
 
-def test_older_packet_arriving_late_is_dropped_as_stale() -> None:
+def test_swapped_packets_are_put_back_in_order() -> None:
     reassembler = LogStreamReassembler()
     outputs = feed([*PACKETS[:10], PACKETS[11], PACKETS[10], *PACKETS[12:]], reassembler)
+    assert written(outputs) == ULOG
+    assert of_type(outputs, PacketsLost) == []
+    assert (reassembler.counters.late, reassembler.counters.stale) == (1, 0)
+
+
+def test_packet_arriving_after_its_window_ran_out_is_dropped_as_stale() -> None:
+    reassembler = LogStreamReassembler(reorder_packets=4, reorder_time=10.0)
+    outputs = feed([*PACKETS[:10], *PACKETS[11:17], PACKETS[10], *PACKETS[17:]], reassembler)
     assert of_type(outputs, PacketsLost) == [PacketsLost(11, 1)]
-    assert reassembler.counters.stale == 1
+    assert (reassembler.counters.late, reassembler.counters.stale) == (0, 1)
+
+
+def test_window_runs_out_after_reorder_time_on_the_timer() -> None:
+    reassembler = LogStreamReassembler(reorder_time=0.05)
+    outputs: list[ReassemblerOutput] = []
+    for number, packet in enumerate([*PACKETS[:10], PACKETS[11]]):
+        outputs += reassembler.receive_packet(packet, number * 0.001)
+    assert of_type(outputs, PacketsLost) == []
+    held_at = 0.010
+    assert reassembler.next_deadline() == pytest.approx(held_at + 0.05)
+    out: list[ReassemblerOutput] = []
+    reassembler.handle_timer(held_at + 0.049, out)
+    assert out == []
+    reassembler.handle_timer(held_at + 0.05, out)
+    assert of_type(out, PacketsLost) == [PacketsLost(11, 1)]
+    assert reassembler.next_deadline() is None
+
+
+def test_window_holds_at_most_reorder_packets() -> None:
+    reassembler = LogStreamReassembler(reorder_packets=8, reorder_time=100.0)
+    outputs: list[ReassemblerOutput] = []
+    for packet in [*PACKETS[:10], *PACKETS[11:19]]:
+        outputs += reassembler.receive_packet(packet, 0.0)
+    assert of_type(outputs, PacketsLost) == []
+    outputs = reassembler.receive_packet(PACKETS[19], 1.0)
+    assert of_type(outputs, PacketsLost) == [PacketsLost(11, 1)]
+    assert reassembler.next_deadline() is None
+
+
+def test_end_of_log_writes_what_was_held_beyond_a_gap() -> None:
+    reassembler = LogStreamReassembler(reorder_time=100.0)
+    outputs: list[ReassemblerOutput] = []
+    for packet in [*PACKETS[:10], *PACKETS[11:]]:
+        outputs += reassembler.receive_packet(packet, 0.0)
+    assert of_type(outputs, PacketsLost) == []
+    reassembler.end_log(LogEndReason.STOPPED, complete=True, out=outputs)
+    assert of_type(outputs, PacketsLost) == [PacketsLost(11, 1)]
+    assert of_type(outputs, LogEnded) == [LogEnded(LogEndReason.STOPPED, complete=True)]
+    assert outputs.index(PacketsLost(11, 1)) < outputs.index(of_type(outputs, LogEnded)[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_order_within_the_window_gives_the_ordered_stream(data: st.DataObject) -> None:
+    window = data.draw(st.integers(1, 40))
+    # Each packet is delayed by at most `window` places: a bounded-jitter link.
+    keys = [index + data.draw(st.floats(0, window)) for index in range(len(PACKETS) - 1)]
+    order = [0] + [1 + i for i in sorted(range(len(keys)), key=keys.__getitem__)]
+    reassembler = LogStreamReassembler(reorder_packets=window, reorder_time=10.0)
+    outputs = feed([PACKETS[i] for i in order], reassembler)
+    assert written(outputs) == ULOG
+    assert of_type(outputs, PacketsLost) == []
+    assert reassembler.counters.stale == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_any_order_beyond_the_window_never_corrupts(data: st.DataObject) -> None:
+    order = [0, *data.draw(st.permutations(range(1, len(PACKETS))))]
+    reassembler = LogStreamReassembler(reorder_packets=data.draw(st.integers(0, 8)))
+    outputs = feed([PACKETS[i] for i in order], reassembler)
+    reassembler.end_log(LogEndReason.STOPPED, complete=True, out=outputs)
+    assert_whole_messages(outputs)
+    chunks = [o.data for o in of_type(outputs, WriteUlog)]
+    ulog_messages = {bytes(ULOG[m.start : m.end]) for m in messages(ULOG)}
+    for chunk in chunks[1:]:
+        position = 0
+        while position < len(chunk):
+            end = (
+                position
+                + MESSAGE_HEADER_SIZE
+                + int.from_bytes(chunk[position : position + 2], "little")
+            )
+            message = chunk[position:end]
+            assert message in ulog_messages or message[2] == ord("O"), message
+            position = end
 
 
 def test_sequence_wraps_around_without_loss_or_false_duplicates() -> None:
@@ -186,8 +273,18 @@ def test_sequence_wraps_around_without_loss_or_false_duplicates() -> None:
     assert (counters.duplicates, counters.stale, counters.gaps, counters.logs) == (0, 0, 0, 1)
 
 
-def test_loss_across_the_wrap_counts_the_right_number_of_packets() -> None:
+def test_identical_packet_zero_just_after_a_wrap_starts_a_new_log() -> None:
+    # The copy rule counts the log's packets, not its sequence numbers, which wrap.
     reassembler = LogStreamReassembler()
+    feed(PACKETS[:20], reassembler)
+    reassembler._last_sequence = 3  # as if 65536 + 3 packets had passed
+    outputs = reassembler.receive_packet(PACKETS[0], 1.0)
+    assert of_type(outputs, LogEnded) == [LogEnded(LogEndReason.NEW_LOG, complete=False)]
+    assert reassembler.counters.logs == 2
+
+
+def test_loss_across_the_wrap_counts_the_right_number_of_packets() -> None:
+    reassembler = LogStreamReassembler(reorder_packets=0)
     feed(PACKETS[:20], reassembler)
     reassembler._last_sequence = 0xFFFD  # as if 65534 packets had passed
     late = replace(PACKETS[20], sequence=2)
@@ -241,6 +338,7 @@ def test_dropout_duration_is_clamped_to_uint16() -> None:
     for number, packet in enumerate(p for p in PACKETS if p.sequence != 20):
         now = number * 0.001 + (1000.0 if packet.sequence > 20 else 0.0)
         outputs += reassembler.receive_packet(packet, now)
+    reassembler.handle_timer(math.inf, outputs)
     assert encode_dropout(0xFFFF) in written(outputs)
 
 
@@ -438,26 +536,45 @@ OPS = ["ok"] * 8 + ["lose", "lose", "dup", "swap", "stale"]
 
 
 def model(
-    ulog: bytes, packets: list[LoggingPacket], deliveries: list[tuple[int, float]]
+    ulog: bytes, packets: list[LoggingPacket], deliveries: list[tuple[int, float]], window: int
 ) -> tuple[bytes, list[PacketsLost]]:
     """What an ideal receiver writes, from which byte ranges of the log were delivered."""
     begins = [0]
     for packet in packets:
         begins.append(begins[-1] + len(packet.data))
-    # Sequence rule (protocol.md 3), on indexes: fewer than 65536 packets here.
+    # Sequence rule with a reorder window of `window` packets (protocol.md 3), on indexes: fewer
+    # than 65536 packets here. Each keeps its receive time; a message is written at
+    # max(the receive time of the packet completing it, the last write).
     accepted: list[tuple[int, float]] = []
     lost: list[PacketsLost] = []
+    held: dict[int, float] = {}
+
+    def take(index: int, now: float) -> None:
+        accepted.append((index, now))
+        while accepted[-1][0] + 1 in held:
+            following = accepted[-1][0] + 1
+            accepted.append((following, held.pop(following)))
+
     for index, now in deliveries:
         if not accepted:
             if index == 0:
-                accepted.append((0, now))
+                take(0, now)
             continue
-        distance = (index - accepted[-1][0]) % 0x10000
-        if distance == 0 or distance >= 0x8000:
+        distance = index - accepted[-1][0]
+        if distance <= 0 or index in held:
             continue
-        if distance > 1:
-            lost.append(PacketsLost(index, distance - 1))
-        accepted.append((index, now))
+        if distance == 1:
+            take(index, now)
+        else:
+            held[index] = now
+        if len(held) > window:
+            oldest = min(held)
+            lost.append(PacketsLost(oldest, oldest - accepted[-1][0] - 1))
+            take(oldest, held.pop(oldest))
+    while held:  # the end of the log writes what is held
+        oldest = min(held)
+        lost.append(PacketsLost(oldest, oldest - accepted[-1][0] - 1))
+        take(oldest, held.pop(oldest))
     # Runs of consecutive packets; in each, messages from the first declared start on that
     # lie wholly inside the run.
     runs: list[list[tuple[int, float]]] = []
@@ -492,6 +609,7 @@ def model(
                 continue
             completed_in = next(i for i, _ in run if begins[i + 1] >= message.end)
             now = times[completed_in]
+            now = max(now, last_write)
             if pending:
                 pending = False
                 if data_seen:
@@ -534,7 +652,7 @@ def deliveries(draw: st.DrawFn, count: int) -> list[tuple[int, float]]:
 @st.composite
 def scenarios(
     draw: st.DrawFn,
-) -> tuple[bytes, list[LoggingPacket], list[tuple[int, float]]]:
+) -> tuple[bytes, list[LoggingPacket], list[tuple[int, float]], int]:
     ulog = make_ulog(draw(st.integers(0, 250)), seed=draw(st.integers(0, 1000)))
     if draw(st.booleans()):
         packets = packetize(ulog)
@@ -542,23 +660,24 @@ def scenarios(
         rng = random.Random(draw(st.integers(0, 1000)))  # noqa: S311 - test data
         acked_until = draw(st.integers(0, len(ulog)))
         packets = split(ulog, random_boundaries(ulog, rng), acked_until=acked_until)
-    return ulog, packets, draw(deliveries(len(packets)))
+    return ulog, packets, draw(deliveries(len(packets))), draw(st.sampled_from([0, 1, 3, 256]))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_output_is_exactly_the_theoretical_maximum(
-    scenario: tuple[bytes, list[LoggingPacket], list[tuple[int, float]]],
+    scenario: tuple[bytes, list[LoggingPacket], list[tuple[int, float]], int],
 ) -> None:
-    ulog, packets, schedule = scenario
-    reassembler = LogStreamReassembler()
+    ulog, packets, schedule, window = scenario
+    reassembler = LogStreamReassembler(reorder_packets=window, reorder_time=1e9)
     outputs: list[ReassemblerOutput] = []
     for index, now in schedule:
         packet_outputs = reassembler.receive_packet(packets[index], now)
         if packets[index].needs_ack:
             assert packet_outputs[0] == SendAck(packets[index].sequence, 1, 1)
         outputs += packet_outputs
-    expected, lost = model(ulog, packets, schedule)
+    reassembler.end_log(LogEndReason.STOPPED, complete=True, out=outputs)
+    expected, lost = model(ulog, packets, schedule, window)
     assert written(outputs) == expected
     assert of_type(outputs, PacketsLost) == lost
     assert of_type(outputs, FramingMismatch) == []

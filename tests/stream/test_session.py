@@ -257,7 +257,7 @@ def test_every_acked_copy_is_acked_before_any_other_output() -> None:
         assert outputs[0] == SendAck(packet.sequence, 1, 1)
         assert of_type(outputs, SendAck) == [outputs[0]]
     assert session.counters.duplicates == 1
-    assert session.counters.stale == 1
+    assert (session.counters.packets_lost, session.counters.late) == (1, 0)  # 12 never came
 
 
 @pytest.mark.parametrize(
@@ -328,26 +328,72 @@ def test_data_not_at_a_log_start_restarts_the_stream_after_the_grace_time() -> N
 # --- stop -------------------------------------------------------------------------------------
 
 
-def test_stop_handshake_keeps_acking_and_writing_until_accepted() -> None:
-    session = streaming_session()
+def test_stop_keeps_acking_and_writing_until_accepted_and_quiet() -> None:
+    session = streaming_session(stop_quiet=1.0)
     outputs = feed(session, PACKETS[:100], start=0.1)
     assert session.stop(1.0) == [STOP]
     assert state(session) is SessionState.STOPPING
     outputs += feed(session, PACKETS[100:150], start=1.01)
     assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS), 1.1) == []
-    # PX4 sends post-flight perf as ACKED packets between IN_PROGRESS and ACCEPTED.
+    assert of_type(session.handle_timer(2.5), SendCommand) == []  # heard: no STOP retries
+    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 2.6) == []
+    # PX4 sends the end of the log (post-flight perf) as ACKED packets after ACCEPTED.
     for number, packet in enumerate(PACKETS[150:]):
-        got = session.receive(replace(packet, needs_ack=True), 1.11 + number * 0.0001)
+        got = session.receive(replace(packet, needs_ack=True), 2.7 + number * 0.01)
         assert got[0] == SendAck(packet.sequence, 1, 1)
         outputs += got
-    assert of_type(session.handle_timer(2.5), SendCommand) == []  # heard: no STOP retries
-    final = session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 2.6)
-    assert final == [LogEnded(LogEndReason.STOPPED, complete=True), StreamEnded()]
+    last = 2.7 + (len(PACKETS) - 151) * 0.01
+    progress = session.stop_progress(last + 0.5)
+    assert progress is not None
+    assert f"{len(PACKETS) - 100} packets since STOP" in progress
+    assert of_type(run_timers(session, last + 0.99), LogEnded) == []
+    final = run_timers(session, last + 1.0)
+    assert of_type(final, LogEnded) == [LogEnded(LogEndReason.STOPPED, complete=True)]
+    assert final[-1] == StreamEnded()
     assert written(outputs) == ULOG
     assert state(session) is SessionState.ENDED
     assert session.next_deadline() is None
-    assert session.handle_timer(10.0) == []
-    assert session.stop(10.0) == []
+    assert session.handle_timer(100.0) == []
+    assert session.stop(100.0) == []
+
+
+def test_stop_over_a_slow_link_waits_while_the_end_of_the_log_trickles_in() -> None:
+    # A 5.7 KB/s radio: one ACKED packet every 0.3 s for 8 s after ACCEPTED.
+    session = streaming_session(stop_quiet=1.0, stop_timeout=5.0)
+    outputs = feed(session, PACKETS[:50], start=0.1)
+    session.stop(1.0)
+    session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 1.08)
+    now = 1.1
+    for packet in PACKETS[50:]:
+        outputs += run_timers(session, now)
+        outputs += session.receive(replace(packet, needs_ack=True), now)
+        now += 0.3
+    assert of_type(outputs, LogEnded) == []
+    outputs += run_timers(session, now + 2.0)
+    assert of_type(outputs, LogEnded) == [LogEnded(LogEndReason.STOPPED, complete=True)]
+    assert written(outputs) == ULOG
+
+
+def test_quiet_time_scales_with_the_measured_round_trip() -> None:
+    session = streaming_session(stop_quiet=0.5)
+    feed(session, PACKETS[:5], start=0.1)
+    session.stop(1.0)
+    session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 1.5)  # 0.5 s round trip
+    assert of_type(run_timers(session, 1.5 + 1.99), LogEnded) == []
+    assert of_type(run_timers(session, 1.5 + 2.0), LogEnded) != []
+
+
+def test_abandon_ends_a_stop_at_once_as_incomplete() -> None:
+    session = streaming_session()
+    feed(session, PACKETS[:5], start=0.1)
+    session.stop(1.0)
+    assert session.stop_progress(3.0) == "waiting for the vehicle to answer LOGGING_STOP (2 s)"
+    assert session.abandon() == [
+        LogEnded(LogEndReason.ABANDONED, complete=False),
+        StreamEnded(),
+    ]
+    assert session.abandon() == []
+    assert session.stop_progress(3.0) is None
 
 
 def test_acks_continue_after_the_stream_ended() -> None:
@@ -355,10 +401,11 @@ def test_acks_continue_after_the_stream_ended() -> None:
     feed(session, PACKETS[:5], start=0.1)
     session.stop(1.0)
     session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 1.1)
+    assert of_type(run_timers(session, 10.0), StreamEnded) == [StreamEnded()]
     late = replace(PACKETS[5], needs_ack=True)
-    assert session.receive(late, 1.2) == [SendAck(5, 1, 1)]
-    assert session.receive(late, 1.3) == [SendAck(5, 1, 1)]
-    assert session.receive(PACKETS[6], 1.4) == []
+    assert session.receive(late, 11.2) == [SendAck(5, 1, 1)]
+    assert session.receive(late, 11.3) == [SendAck(5, 1, 1)]
+    assert session.receive(PACKETS[6], 11.4) == []
 
 
 def test_unanswered_stop_is_resent_then_given_up_after_the_stop_timeout() -> None:
@@ -395,41 +442,86 @@ def test_stop_while_starting_sends_stop() -> None:
     assert session.stop(0.5) == [STOP]
     assert session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), 0.6) == []
     assert session.receive(PACKETS[0], 0.7) == [SendAck(0, 1, 1)]  # no new log while stopping
+    # No log of ours is open, so nothing more can come: ACCEPTED ends the session.
     assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 0.8) == [StreamEnded()]
 
 
 # --- liveness and restarts ----------------------------------------------------------------
 
 
-def test_no_data_ends_the_log_and_heartbeat_restarts_with_a_new_file() -> None:
-    session = streaming_session(data_timeout=3.0)
+def test_short_outage_keeps_the_log_and_marks_a_measured_dropout() -> None:
+    session = streaming_session(outage_after=2.0, data_timeout=30.0)
+    outputs = feed(session, PACKETS[:60], start=0.1)
+    last = 0.1 + 59 * 0.001
+    outputs += run_timers(session, last + 2.0)
+    assert state(session) is SessionState.OUTAGE
+    assert session.log_open
+    # The link comes back 4 s later; PX4 kept streaming, so some packets were lost.
+    outputs += feed(session, PACKETS[70:], start=last + 4.0)
+    assert state(session) is SessionState.STREAMING
+    assert of_type(outputs, LogEnded) == []
+    assert of_type(outputs, SendCommand) == []  # never STOP a stream that is still coming
+    assert session.counters.logs == 1
+    assert session.counters.dropouts == 1
+    dropout = written(outputs).index(b"\x02\x00O")
+    duration = int.from_bytes(written(outputs)[dropout + 3 : dropout + 5], "little")
+    assert 3900 <= duration <= 4100
+
+
+def test_outage_longer_than_the_grace_period_ends_the_log_then_starts() -> None:
+    session = streaming_session(data_timeout=10.0)
     feed(session, PACKETS[:100], start=0.1)
     last = 0.1 + 99 * 0.001
-    assert session.next_deadline() == pytest.approx(min(last + 3.0, 1.0))
-    outputs = run_timers(session, last + 2.9)
-    assert of_type(outputs, LogEnded) == []
-    outputs = run_timers(session, last + 3.0)
+    assert of_type(run_timers(session, last + 9.9), LogEnded) == []
+    outputs = run_timers(session, last + 10.0)
     assert of_type(outputs, LogEnded) == [LogEnded(LogEndReason.DATA_TIMEOUT, complete=False)]
-    assert state(session) is SessionState.LINK_LOST
-    # PX4 has no liveness logic: its data may come back; ack it, write nothing.
-    late = replace(PACKETS[100], needs_ack=True)
-    assert session.receive(late, 5.0) == [SendAck(100, 1, 1)]
-    assert session.receive(heartbeat(2, 1), 5.1) == []  # not our autopilot
-    assert session.receive(heartbeat(), 5.2) == [STOP]
-    assert state(session) is SessionState.RESTARTING
-    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 5.3) == [START]
-    assert session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), 5.4) == []
-    outputs = feed(session, PACKETS, start=5.5)
+    assert outputs[-1] == START  # START, never STOP: it is harmless if PX4 still streams
+    assert state(session) is SessionState.STARTING
+    assert session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), 11.0) == []
+    outputs = feed(session, PACKETS, start=11.1)
     assert outputs[1] == LogStarted(123)
     assert written(outputs) == ULOG
     assert session.counters.logs == 2
 
 
-def test_start_accepted_but_no_data_times_out_without_a_log_end() -> None:
+def test_link_back_without_data_probes_with_start_and_keeps_a_rejected_log() -> None:
+    session = streaming_session(outage_after=2.0, probe_delay=1.0)
+    feed(session, PACKETS[:60], start=0.1)
+    run_timers(session, 3.0)
+    assert state(session) is SessionState.OUTAGE
+    assert session.receive(heartbeat(2, 1), 5.0) == []  # not our autopilot
+    assert session.receive(heartbeat(), 5.0) == []
+    assert of_type(run_timers(session, 5.99), SendCommand) == []
+    assert of_type(run_timers(session, 6.0), SendCommand) == [START]
+    # PX4 still streams this log (its packets are just not reaching us yet): keep it.
+    assert session.receive(ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED), 6.1) == []
+    assert state(session) is SessionState.OUTAGE
+    assert of_type(run_timers(session, 9.0), SendCommand) == []  # one probe per outage
+    outputs = feed(session, PACKETS[60:], start=9.5)
+    assert of_type(outputs, LogEnded) == []
+    assert state(session) is SessionState.STREAMING
+
+
+def test_probe_accepted_means_a_new_log_the_old_one_ends() -> None:
+    session = streaming_session(outage_after=2.0, probe_delay=1.0)
+    feed(session, PACKETS[:60], start=0.1)
+    run_timers(session, 3.0)
+    assert session.link_restored(4.0) == [SendHeartbeat()]
+    assert of_type(run_timers(session, 5.0), SendCommand) == [START]
+    outputs = session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), 5.1)
+    assert outputs == [LogEnded(LogEndReason.DATA_TIMEOUT, complete=False)]
+    assert state(session) is SessionState.STREAMING
+    outputs = feed(session, PACKETS, start=5.2)
+    assert outputs[1] == LogStarted(123)
+    assert session.counters.logs == 2
+
+
+def test_start_accepted_but_no_data_asks_again_without_a_log_end() -> None:
     session = streaming_session(data_timeout=2.0)
     outputs = run_timers(session, 2.0)
     assert of_type(outputs, LogEnded) == []
-    assert state(session) is SessionState.LINK_LOST
+    assert of_type(outputs, SendCommand) == [START]
+    assert state(session) is SessionState.STARTING
 
 
 def test_another_clients_stop_ends_our_log_and_restarts_streaming() -> None:

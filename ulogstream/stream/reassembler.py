@@ -7,7 +7,11 @@ The reassembler keeps the theoretical maximum of a lossy stream and nothing else
   packet 0 is a duplicate (our ack was lost); any other such packet ends the current log
   (:class:`LogEnded`, reason NEW_LOG) and starts the next one.
 - Sequence numbers follow :mod:`ulogstream.stream.sequence`: duplicates and older packets are
-  dropped (after their ack), a jump forward reports :class:`PacketsLost`.
+  dropped (after their ack). A packet ahead of the next expected one is held in a bounded reorder
+  window (``reorder_packets`` packets or ``reorder_time`` seconds, whichever ends first) in case
+  the missing ones arrive late (UDP over Wi-Fi, LTE or IP radios reorders); a gap is declared
+  (:class:`PacketsLost`) only when the window runs out without them. Held packets are framed
+  with their own receive time, so a reordered stream gives exactly the bytes of the ordered one.
 - Bytes are appended to one buffer that always begins at a message boundary; only whole
   messages leave it (a message's end is known from its uint16 size).
 - After a sequence gap the partial message is dropped, packets where no message starts
@@ -22,7 +26,8 @@ The reassembler keeps the theoretical maximum of a lossy stream and nothing else
   are not used: where a 'D' message keeps its timestamp depends on its format, which is the
   parser's knowledge, and a gap need not be bracketed by 'D' messages at all.
 
-The buffer holds at most one partial message (a uint16 size, so below 64 KiB) plus one packet.
+The buffer holds at most one partial message (a uint16 size, so below 64 KiB) plus one packet;
+the reorder window at most ``reorder_packets`` packets.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Protocol
 
 from ulogstream.errors import StreamProtocolError
 from ulogstream.stream.packets import MAX_DATA_LENGTH, NO_MESSAGE_START, LoggingPacket
-from ulogstream.stream.sequence import NEWER_LIMIT, SEQUENCE_MASK
+from ulogstream.stream.sequence import NEWER_LIMIT, next_sequence, sequence_distance
 from ulogstream.ulog.spec import (
     DEFINITION_TYPES,
     HEADER_SIZE,
@@ -103,7 +108,9 @@ class LogEndReason(enum.StrEnum):
     NEW_LOG = "new log"
     """Packet 0 of another log arrived (vehicle reboot, or a STOP/START we did not send)."""
     DATA_TIMEOUT = "data timeout"
-    """No LOGGING_DATA for the configured time while streaming."""
+    """No data of the open log within the outage grace period (or PX4 began a new log)."""
+    ABANDONED = "abandoned"
+    """The user ended a stop before the vehicle finished sending the log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +165,10 @@ class StreamCounters:
     acked: int = 0
     """LOGGING_ACKs requested (one per LOGGING_DATA_ACKED copy)."""
     duplicates: int = 0
+    late: int = 0
+    """Packets that arrived after a successor and were put back in order (not lost)."""
     stale: int = 0
-    """Older packets arriving late (dropped)."""
+    """Older packets arriving after their gap was declared (dropped)."""
     ignored: int = 0
     """Packets outside any log (before its packet 0), dropped."""
     invalid: int = 0
@@ -178,8 +187,15 @@ class StreamCounters:
 
 
 PACKET0_COPY_WINDOW = 16
-"""A packet 0 equal to the open log's is a resent copy only while the log is younger than this
-many packets; later it starts a new log."""
+"""A packet 0 equal to the open log's is a resent copy only while fewer than this many packets of
+the log have been taken; later it starts a new log (counted per log, so a sequence wrap cannot
+make an old log look young)."""
+
+DEFAULT_REORDER_PACKETS = 256
+"""Default size of the reorder window in packets: 120 ms of data at the USB ceiling."""
+
+DEFAULT_REORDER_TIME = 0.1
+"""Default longest wait (seconds) for a missing packet: covers 30 ms of jitter with room."""
 
 
 def _dropout_ms(seconds: float) -> int:
@@ -193,6 +209,12 @@ class LogStreamReassembler:
 
     Args:
         counters: Where to count; a fresh :class:`StreamCounters` when None.
+        reorder_packets: Most packets held while waiting for a missing one (0: no reordering,
+            a gap is declared at once).
+        reorder_time: Longest seconds a packet is held while waiting for a missing one.
+
+    Raises:
+        ValueError: A reorder bound is negative.
     """
 
     __slots__ = (
@@ -200,15 +222,37 @@ class LogStreamReassembler:
         "_data_section",
         "_dropout_pending",
         "_first_packet",
+        "_held",
+        "_held_deadline",
         "_last_sequence",
         "_last_write_time",
+        "_log_packets",
+        "_reorder_packets",
+        "_reorder_time",
         "_synced",
         "accept_new_logs",
         "counters",
         "log_open",
     )
 
-    def __init__(self, *, counters: StreamCounters | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        counters: StreamCounters | None = None,
+        reorder_packets: int = DEFAULT_REORDER_PACKETS,
+        reorder_time: float = DEFAULT_REORDER_TIME,
+    ) -> None:
+        if reorder_packets < 0 or not reorder_time >= 0:
+            msg = (
+                f"reorder window must not be negative: {reorder_packets} packets, {reorder_time} s"
+            )
+            raise ValueError(msg)
+        self._reorder_packets = reorder_packets
+        self._reorder_time = reorder_time
+        self._held: dict[int, tuple[LoggingPacket, float]] = {}
+        """Packets ahead of the next expected one, by sequence, with their receive time."""
+        self._held_deadline = 0.0
+        self._log_packets = 0
         self.counters = StreamCounters() if counters is None else counters
         self.accept_new_logs = True
         """Open a log at packet 0 (the session clears this while no stream of ours may run)."""
@@ -249,16 +293,72 @@ class LogStreamReassembler:
         if not self.log_open:
             counters.ignored += 1
             return
-        distance = (sequence - self._last_sequence) & SEQUENCE_MASK
-        if distance != 1:
-            if distance == 0:
-                counters.duplicates += 1
+        if not self._held and sequence_distance(self._last_sequence, sequence) == 1:
+            self._take(packet, now, out)  # the common case: the next packet, nothing held
+            return
+        self._reorder(packet, now, out)
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`handle_timer` must run to declare a gap the window gave up on, or None."""
+        return self._held_deadline if self._held else None
+
+    def handle_timer(self, now: float, out: OutputSink) -> None:
+        """Declare the gaps whose reorder window has run out by ``now``; write what follows."""
+        while self._held and now >= self._held_deadline:
+            self._release_next_held(out)
+
+    def _reorder(self, packet: LoggingPacket, now: float, out: OutputSink) -> None:
+        """A packet out of order, or any packet while others are held."""
+        counters = self.counters
+        sequence = packet.sequence
+        distance = sequence_distance(self._last_sequence, sequence)
+        held = self._held
+        if distance == 0 or sequence in held:
+            counters.duplicates += 1
+        elif distance >= NEWER_LIMIT:
+            counters.stale += 1  # its gap was declared already: the bytes around it are gone
+        elif distance == 1:
+            counters.late += 1  # the missing packet, after its successors: put back in order
+            self._take(packet, max(now, self._last_write_time), out)
+            self._take_held_in_order(out)
+        else:
+            if not held:
+                self._held_deadline = now + self._reorder_time
+            held[sequence] = (packet, now)
+            if len(held) > self._reorder_packets:
+                self._release_next_held(out)
+        if held and now >= self._held_deadline:
+            self.handle_timer(now, out)
+
+    def _release_next_held(self, out: OutputSink) -> None:
+        """Give up on the missing packets before the oldest held one: declare them lost."""
+        last = self._last_sequence
+        held = self._held
+        sequence = min(held, key=lambda held_sequence: sequence_distance(last, held_sequence))
+        packet, received = held.pop(sequence)
+        self._lose(sequence, sequence_distance(last, sequence) - 1, out)
+        self._take(packet, max(received, self._last_write_time), out)
+        self._take_held_in_order(out)
+        if held:
+            self._held_deadline = min(time for _, time in held.values()) + self._reorder_time
+
+    def _take_held_in_order(self, out: OutputSink) -> None:
+        """Take the held packets that now follow the last one taken."""
+        held = self._held
+        while held:
+            entry = held.pop(next_sequence(self._last_sequence), None)
+            if entry is None:
                 return
-            if distance >= NEWER_LIMIT:
-                counters.stale += 1
-                return
-            self._lose(sequence, distance - 1, out)
-        self._last_sequence = sequence
+            packet, received = entry
+            self._take(packet, max(received, self._last_write_time), out)
+
+    def _take(self, packet: LoggingPacket, now: float, out: OutputSink) -> None:
+        """Append the next packet in sequence to the buffer and write the whole messages."""
+        self._last_sequence = sequence = packet.sequence
+        self._log_packets += 1
+        data = packet.data
+        length = len(data)
+        offset = packet.first_message_offset
         buffer = self._buffer
         if offset == NO_MESSAGE_START:
             if not self._synced:
@@ -300,6 +400,8 @@ class LogStreamReassembler:
         """End the open log (if any): drop its partial message and append :class:`LogEnded`."""
         if not self.log_open:
             return
+        while self._held:  # what arrived beyond a gap still belongs to this log
+            self._release_next_held(out)
         self.log_open = False
         self._first_packet = b""
         self._buffer.clear()
@@ -307,7 +409,7 @@ class LogStreamReassembler:
 
     def _receive_log_start(self, data: bytes, now: float, out: OutputSink) -> None:
         if self.log_open:
-            if data == self._first_packet and self._last_sequence < PACKET0_COPY_WINDOW:
+            if data == self._first_packet and self._log_packets < PACKET0_COPY_WINDOW:
                 # A copy of this log's packet 0, resent because our ack was late or lost. The
                 # definitions go stop-and-wait, so such a copy trails its log by a packet or
                 # two at most; further on, an identical packet 0 is a new log (a SITL reboot in
@@ -321,6 +423,7 @@ class LogStreamReassembler:
         self.log_open = True
         self._first_packet = data
         self._last_sequence = 0
+        self._log_packets = 1
         self._synced = True
         self._data_section = False
         self._dropout_pending = False

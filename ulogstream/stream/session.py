@@ -10,13 +10,21 @@ States and what moves between them (protocol.md, "What a correct receiver does")
     STARTING --TEMPORARILY_REJECTED (first time)--> RESTARTING (STOP sent)
     STARTING --TEMPORARILY_REJECTED again, DENIED, UNSUPPORTED, FAILED--> REJECTED
     RESTARTING --STOP answered--> STARTING (START sent)
-    STREAMING --no LOGGING_DATA for data_timeout--> LINK_LOST (log ended, incomplete)
+    STREAMING --no LOGGING_DATA for outage_after--> OUTAGE (the log stays open)
+    STREAMING --no log and no data for data_timeout--> STARTING (START again)
     STREAMING --data not at a log start--> RESTARTING
     STREAMING --another client's STOP accepted--> STARTING (log ended)
-    LINK_LOST --HEARTBEAT from the autopilot--> RESTARTING
-    any --stop()--> STOPPING --STOP answered or stop_timeout--> ENDED
+    OUTAGE --data of the same log (a dropout is written) or packet 0 of a new log--> STREAMING
+    OUTAGE --link back (HEARTBEAT or link_restored()) and no data for probe_delay--> START probe:
+        TEMPORARILY_REJECTED keeps the log (PX4 still streams it); ACCEPTED ends it (a new log)
+    OUTAGE --no data of the log for data_timeout--> STARTING (log ended, incomplete)
+    any --stop()--> STOPPING --ACCEPTED then quiet for stop_quiet, or silent stop_timeout--> ENDED
+    STOPPING --abandon()--> ENDED (log ended, incomplete)
 
 Every LOGGING_DATA_ACKED copy from the autopilot addressed to us is acked first, in every state.
+Link outages never STOP a stream: PX4 keeps streaming a log through any outage shorter than its
+2.5 s ack timeout, and a STOP/START would cut the vehicle's log and block its logger
+(protocol.md, "What a correct receiver does" 7 and 8).
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from ulogstream.stream.packets import (
     MavResult,
 )
 from ulogstream.stream.reassembler import (
+    DEFAULT_REORDER_PACKETS,
+    DEFAULT_REORDER_TIME,
     LogEndReason,
     LogStreamReassembler,
     ReassemblerOutput,
@@ -49,6 +59,12 @@ from ulogstream.stream.reassembler import (
 DEFAULT_SYSTEM_ID = 254
 """Our default MAVLink system id: not 255, which GCSs (QGC, MAVProxy) take by convention, so
 routers and GCSs do not mistake the stream addressed to us for theirs; not 1, the vehicle's."""
+
+_QUIET_LIMIT = 10.0
+"""Longest silence (seconds) a stop waits for after ACCEPTED, however slow the link."""
+
+_STOP_LIMIT = 12
+"""An unanswered STOP is given up after this many stop timeouts even while data flows."""
 
 MAX_CONFIRMATION = 255
 """COMMAND_LONG ``confirmation`` is a uint8 counting retransmissions."""
@@ -66,7 +82,7 @@ class SessionState(enum.Enum):
     STARTING = "starting"
     RESTARTING = "restarting"
     STREAMING = "streaming"
-    LINK_LOST = "link lost"
+    OUTAGE = "link lost"
     REJECTED = "rejected"
     STOPPING = "stopping"
     ENDED = "ended"
@@ -74,9 +90,12 @@ class SessionState(enum.Enum):
 
 _IDLE = SessionState.IDLE
 _STREAMING = SessionState.STREAMING
-_LOGGING_STATES = frozenset({SessionState.STARTING, SessionState.STREAMING})
+_OUTAGE = SessionState.OUTAGE
+_LOGGING_STATES = frozenset({SessionState.STARTING, SessionState.STREAMING, SessionState.OUTAGE})
 """States in which packet 0 of a new log may open a file: our START is out or accepted."""
-_COMMAND_STATES = frozenset({SessionState.STARTING, SessionState.RESTARTING, SessionState.STOPPING})
+_COMMAND_STATES = frozenset(
+    {SessionState.STARTING, SessionState.RESTARTING, SessionState.STOPPING, SessionState.OUTAGE}
+)
 """States with a command out that is resent until answered."""
 
 
@@ -172,11 +191,21 @@ class LoggingSession:
         target_component: The autopilot's component id.
         heartbeat_interval: Seconds between our heartbeats.
         command_retry_interval: Seconds before an unanswered LOGGING_START/STOP is resent.
-        data_timeout: Seconds without LOGGING_DATA after which a stream counts as lost.
-        stop_timeout: Seconds :meth:`stop` waits for LOGGING_STOP to be answered.
+        data_timeout: Seconds without data of the open log (an outage) after which it is finished
+            as incomplete and a new stream is requested; longer than PX4's 2.5 s ack timeout.
+        stop_timeout: Seconds without any answer or packet after LOGGING_STOP before giving up.
         start_grace: Seconds after LOGGING_START is accepted during which packets that are not a
             log start are dropped quietly (leftovers of an earlier stream) before they count as
             joining a stream mid-way.
+        outage_after: Seconds without LOGGING_DATA after which the status says the link is lost
+            (the log stays open for ``data_timeout``).
+        probe_delay: Seconds after the link is back without data before LOGGING_START is sent
+            to ask whether the vehicle still streams the open log.
+        stop_quiet: Seconds of silence after STOP was accepted before the log counts as
+            complete (PX4 sends the end of the log after ACCEPTED); scaled up by the measured
+            command round trip on slow links.
+        reorder_packets: Reorder window size in packets (see :class:`LogStreamReassembler`).
+        reorder_time: Reorder window length in seconds.
 
     Raises:
         ValueError: An id is out of range or a time is not positive.
@@ -191,9 +220,14 @@ class LoggingSession:
         target_component: int = MAV_COMP_ID_AUTOPILOT1,
         heartbeat_interval: float = 1.0,
         command_retry_interval: float = 1.0,
-        data_timeout: float = 3.0,
+        data_timeout: float = 30.0,
         stop_timeout: float = 5.0,
         start_grace: float = 1.0,
+        outage_after: float = 2.0,
+        probe_delay: float = 1.0,
+        stop_quiet: float = 1.0,
+        reorder_packets: int = DEFAULT_REORDER_PACKETS,
+        reorder_time: float = DEFAULT_REORDER_TIME,
     ) -> None:
         _check_id("system_id", system_id, 1)
         _check_id("component_id", component_id, 1)
@@ -204,6 +238,9 @@ class LoggingSession:
         _check_positive("command_retry_interval", command_retry_interval)
         _check_positive("data_timeout", data_timeout)
         _check_positive("stop_timeout", stop_timeout)
+        _check_positive("outage_after", outage_after)
+        _check_positive("probe_delay", probe_delay)
+        _check_positive("stop_quiet", stop_quiet)
         if start_grace < 0:
             msg = f"start_grace must not be negative, not {start_grace}"
             raise ValueError(msg)
@@ -218,7 +255,12 @@ class LoggingSession:
         self._data_timeout = data_timeout
         self._stop_timeout = stop_timeout
         self._start_grace = start_grace
-        self._reassembler = LogStreamReassembler()
+        self._outage_after = min(outage_after, data_timeout)
+        self._probe_delay = probe_delay
+        self._stop_quiet = stop_quiet
+        self._reassembler = LogStreamReassembler(
+            reorder_packets=reorder_packets, reorder_time=reorder_time
+        )
         self._state = SessionState.IDLE
         self._next_heartbeat = 0.0
         self._command = MAV_CMD_LOGGING_START
@@ -226,7 +268,14 @@ class LoggingSession:
         self._retry_at: float | None = None
         self._last_data_time = 0.0
         self._grace_end = 0.0
-        self._stop_deadline = 0.0
+        self._stop_sent = 0.0
+        self._stop_accepted: float | None = None
+        self._stop_packets = 0
+        self._command_sent: float | None = None
+        self._round_trip = 0.0
+        """Longest measured command round trip (send to COMMAND_ACK) so far, in seconds."""
+        self._probe_at: float | None = None
+        self._probed = False
         self._rejected_once = False
         self._set_state(SessionState.IDLE)
 
@@ -323,9 +372,37 @@ class LoggingSession:
                 pass
             case _:
                 self._send_command(MAV_CMD_LOGGING_STOP, now, out)
-                self._stop_deadline = now + self._stop_timeout
+                self._stop_sent = now
+                self._stop_accepted = None
+                self._stop_packets = 0
                 self._set_state(SessionState.STOPPING)
         return out
+
+    def abandon(self) -> list[SessionOutput]:
+        """End at once, without waiting for the vehicle (a second Ctrl-C while stopping)."""
+        out: list[SessionOutput] = []
+        if self._state is not SessionState.ENDED and self._state is not _IDLE:
+            self._finish(LogEndReason.ABANDONED, complete=False, out=out)
+        return out
+
+    def link_restored(self, now: float) -> list[SessionOutput]:
+        """The shell reopened the link (a device plugged back): say hello, probe if silent."""
+        if self._state is _IDLE or self._state is SessionState.ENDED:
+            return []
+        self._schedule_probe(now)
+        return [SendHeartbeat()]
+
+    def stop_progress(self, now: float) -> str | None:
+        """What a stop is waiting for, for a progress line; None when not stopping."""
+        if self._state is not SessionState.STOPPING:
+            return None
+        if self._stop_accepted is None:
+            return f"waiting for the vehicle to answer LOGGING_STOP ({now - self._stop_sent:.0f} s)"
+        quiet = now - max(self._last_data_time, self._stop_accepted)
+        return (
+            f"receiving the end of the log ({self._stop_packets} packets since STOP, "
+            f"quiet for {max(quiet, 0.0):.1f} of {self._quiet():.1f} s)"
+        )
 
     def next_deadline(self) -> float | None:
         """When :meth:`handle_timer` must next be called, or None when never."""
@@ -335,18 +412,25 @@ class LoggingSession:
         deadline = self._next_heartbeat
         if self._retry_at is not None:
             deadline = min(deadline, self._retry_at)
-        if state is SessionState.STREAMING:
+        if state is _STREAMING:
+            silence = self._outage_after if self._reassembler.log_open else self._data_timeout
+            deadline = min(deadline, self._last_data_time + silence)
+        elif state is _OUTAGE:
             deadline = min(deadline, self._last_data_time + self._data_timeout)
+            if self._probe_at is not None:
+                deadline = min(deadline, self._probe_at)
         elif state is SessionState.STOPPING:
-            deadline = min(deadline, self._stop_deadline)
-        return deadline
+            deadline = min(deadline, self._stop_end())
+        held = self._reassembler.next_deadline()
+        return deadline if held is None else min(deadline, held)
 
     def handle_timer(self, now: float) -> list[SessionOutput]:
-        """Do what is due at ``now``: heartbeat, command retry, data and stop timeouts."""
+        """Do what is due at ``now``: heartbeat, command retry, reorder window, timeouts."""
         out: list[SessionOutput] = []
         state = self._state
         if state is SessionState.IDLE or state is SessionState.ENDED:
             return out
+        self._reassembler.handle_timer(now, out)
         if now >= self._next_heartbeat:
             out.append(SendHeartbeat())
             self._next_heartbeat += self._heartbeat_interval
@@ -355,15 +439,53 @@ class LoggingSession:
         if self._retry_at is not None and now >= self._retry_at:
             self._confirmation = min(self._confirmation + 1, MAX_CONFIRMATION)
             self._retry_at = now + self._retry_interval
+            self._command_sent = now
             out.append(self._command_output())
-        if state is SessionState.STREAMING and now >= self._last_data_time + self._data_timeout:
-            self._reassembler.end_log(LogEndReason.DATA_TIMEOUT, complete=False, out=out)
-            self._set_state(SessionState.LINK_LOST)
-        elif state is SessionState.STOPPING and now >= self._stop_deadline:
-            self._finish(LogEndReason.STOP_TIMEOUT, complete=False, out=out)
+        # Compare with the same sums next_deadline() returns, or rounding could loop the shell.
+        last = self._last_data_time
+        if state is _STREAMING:
+            if self._reassembler.log_open:
+                if now >= last + self._outage_after:
+                    self._set_state(_OUTAGE)  # the log stays open: PX4 streams on
+            elif now >= last + self._data_timeout:
+                self._send_start(now, out)  # START was accepted but no stream came
+        elif state is _OUTAGE:
+            if now >= last + self._data_timeout:
+                self._reassembler.end_log(LogEndReason.DATA_TIMEOUT, complete=False, out=out)
+                self._send_start(now, out)
+            elif self._probe_at is not None and now >= self._probe_at:
+                self._probe_at = None
+                self._send_command(MAV_CMD_LOGGING_START, now, out)
+        elif state is SessionState.STOPPING and now >= self._stop_end():
+            if self._stop_accepted is None:
+                self._finish(LogEndReason.STOP_TIMEOUT, complete=False, out=out)
+            else:
+                self._finish(LogEndReason.STOPPED, complete=True, out=out)
         return out
 
+    def _quiet(self) -> float:
+        """Silence after an accepted STOP that ends the log, scaled to the link's round trip."""
+        return max(self._stop_quiet, min(4.0 * self._round_trip, _QUIET_LIMIT))
+
+    def _stop_end(self) -> float:
+        """When a stop is over: quiet after ACCEPTED, or stop_timeout without any sign of life."""
+        last = max(self._last_data_time, self._stop_sent)
+        if self._stop_accepted is None:
+            return min(
+                last + self._stop_timeout, self._stop_sent + _STOP_LIMIT * self._stop_timeout
+            )
+        return max(last, self._stop_accepted) + self._quiet()
+
+    def _schedule_probe(self, now: float) -> None:
+        """In an outage, START once the link is back, unless data resumes first."""
+        if self._state is _OUTAGE and not self._probed:
+            self._probed = True
+            self._probe_at = now + self._probe_delay
+
     def _set_state(self, state: SessionState) -> None:
+        if state is not _OUTAGE:
+            self._probe_at = None
+            self._probed = False
         self._state = state
         self._reassembler.accept_new_logs = state in _LOGGING_STATES
         if state not in _COMMAND_STATES:
@@ -379,6 +501,7 @@ class LoggingSession:
 
     def _send_command(self, command: int, now: float, out: list[SessionOutput]) -> None:
         self._command = command
+        self._command_sent = now
         self._confirmation = 0
         self._retry_at = now + self._retry_interval
         out.append(self._command_output())
@@ -408,7 +531,12 @@ class LoggingSession:
     ) -> None:
         """State changes a packet causes outside the common case (streaming into an open log)."""
         state = self._state
-        if state is SessionState.STARTING:
+        if state is _OUTAGE:
+            if self._reassembler.log_open:  # the log's data is back (a dropout marks the gap)
+                self._set_state(_STREAMING)
+        elif state is SessionState.STOPPING:
+            self._stop_packets += 1
+        elif state is SessionState.STARTING:
             if self._reassembler.log_open:  # packet 0 overtook the ack of our START
                 self._enter_streaming(now)
         elif (
@@ -435,12 +563,26 @@ class LoggingSession:
                 )
                 self._send_start(now, out)
             return
+        if ack.command == self._command and self._command_sent is not None:
+            self._round_trip = now - self._command_sent  # the first answer to the last send
+            self._command_sent = None
         if ack.command == MAV_CMD_LOGGING_START:
             self._receive_start_ack(ack.result, now, out)
         elif ack.command == MAV_CMD_LOGGING_STOP:
             self._receive_stop_ack(ack.result, now, out)
 
     def _receive_start_ack(self, result: int, now: float, out: list[SessionOutput]) -> None:
+        if self._state is _OUTAGE and self._command == MAV_CMD_LOGGING_START:
+            # The answer to our probe: TEMPORARILY_REJECTED means PX4 still streams the open log
+            # (keep it); ACCEPTED means its stream had ended and a new log begins.
+            if result == MavResult.IN_PROGRESS:
+                self._retry_at = now + self._retry_interval
+            elif result == MavResult.ACCEPTED:
+                self._reassembler.end_log(LogEndReason.DATA_TIMEOUT, complete=False, out=out)
+                self._enter_streaming(now)
+            else:
+                self._retry_at = None
+            return
         if self._state is not SessionState.STARTING:
             return  # e.g. the answer to a retry sent before the first answer arrived
         match result:
@@ -469,8 +611,15 @@ class LoggingSession:
         elif state is SessionState.STOPPING:
             if result == MavResult.IN_PROGRESS:
                 self._retry_at = None  # heard: wait for ACCEPTED, bounded by stop_timeout
+            elif result == MavResult.ACCEPTED:
+                # PX4 sends the end of the log after this: keep acking until it has gone quiet.
+                self._retry_at = None
+                if not self._reassembler.log_open:
+                    self._finish(LogEndReason.STOPPED, complete=True, out=out)
+                elif self._stop_accepted is None:
+                    self._stop_accepted = now
             else:
-                self._finish(LogEndReason.STOPPED, complete=result == MavResult.ACCEPTED, out=out)
+                self._finish(LogEndReason.STOPPED, complete=False, out=out)
 
     def _reject(self, result: int, reason: str, out: list[SessionOutput]) -> None:
         out.append(StreamRejected(result, reason))
@@ -485,10 +634,8 @@ class LoggingSession:
             self._autopilot_system = heartbeat.system_id
             if self._state is SessionState.WAITING_FOR_AUTOPILOT:
                 self._send_start(now, out)
-        elif heartbeat.system_id == self._autopilot_system and (
-            self._state is SessionState.LINK_LOST
-        ):
-            self._restart(now, out)  # heard again: a new file for a new stream
+        elif heartbeat.system_id == self._autopilot_system and self._state is _OUTAGE:
+            self._schedule_probe(now)  # heard again: does the open log's stream still run?
 
 
 def _result_name(result: int) -> str:
