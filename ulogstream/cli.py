@@ -635,7 +635,11 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-sysid", type=int, help="the autopilot's system id")
     parser.add_argument("--baud", type=int, help="serial baud rate (USB ignores it)")
     parser.add_argument("--signing-key-file", type=Path, help="MAVLink 2 signing key file")
-    parser.add_argument("--idle-timeout", type=float, help="seconds without data that end a log")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        help="seconds an open log waits for its data through a link outage (default 30)",
+    )
     parser.add_argument("--min-free-mb", type=int, help="stop recording below this free space")
     parser.add_argument(
         "--mqtt", metavar="URL", help="publish live to mqtt://HOST[:PORT] or mqtts://"

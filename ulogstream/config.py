@@ -117,14 +117,16 @@ class RecordingSettings:
         max_logs: Keep at most this many finished logs, deleting the oldest; 0: no limit.
         max_total_mb: Keep all logs (the current one included) under this total size by deleting
             the oldest finished ones; 0: no limit.
-        idle_timeout_s: No logging data for this long ends the log (finished as incomplete).
+        idle_timeout_s: How long an open log waits for its data to come back through a link
+            outage (USB unplugged, radio out of range) before it is finished as incomplete and
+            a new stream is requested; longer than PX4's 2.5 s ack timeout.
     """
 
     out_dir: Path = Path("/var/lib/ulogstream")
     min_free_mb: int = 200
     max_logs: int = 0
     max_total_mb: int = 0
-    idle_timeout_s: float = 5.0
+    idle_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         _check_non_negative("recording.min_free_mb", self.min_free_mb, " MB")

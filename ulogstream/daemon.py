@@ -19,11 +19,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 from ulogstream.adapters.connection import load_signing_key, open_transport, parse_connection
-from ulogstream.adapters.file_sink import (
-    DiskFullError,
-    FinishedLog,
-    UlgFileSink,
-    recover_partial_files,
+from ulogstream.adapters.file_sink import FinishedLog, UlgFileSink, recover_partial_files
+from ulogstream.adapters.log_files import (
+    DiskFull,
+    FileEvent,
+    FinishFailed,
+    LogFailed,
+    LogFiles,
+    LogFinished,
+    LogOpened,
 )
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
@@ -43,6 +47,7 @@ from ulogstream.stream import (
     SendCommand,
     SendHeartbeat,
     SessionOutput,
+    SessionState,
     StreamEnded,
     StreamRejected,
     WriteUlog,
@@ -76,6 +81,12 @@ TIMER_TICK_S = 0.05
 LOSS_WARNING_INTERVAL_S = 5.0
 """Least seconds between two packet-loss warnings in the log (the counters keep the rest)."""
 
+FINISHED_LOGS_KEPT = 100
+"""Finished logs remembered in the status (the newest); the count goes on."""
+
+RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+"""Seconds before a failed side task (status, MQTT) is started again (the last one repeats)."""
+
 
 @dataclass(slots=True)
 class TopicStats:
@@ -100,6 +111,8 @@ class RecorderStatus:
     packets: int = 0
     gaps: int = 0
     packets_lost: int = 0
+    late: int = 0
+    stale: int = 0
     dropouts: int = 0
     mismatches: int = 0
     bad_frames: int = 0
@@ -110,18 +123,9 @@ class RecorderStatus:
     mqtt_dropped: int = 0
     mqtt_reconnects: int = 0
     topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
-    finished: list[FinishedLog] = field(default_factory=list)
+    finished: deque[FinishedLog] = field(default_factory=lambda: deque(maxlen=FINISHED_LOGS_KEPT))
+    """The newest finished logs (at most :data:`FINISHED_LOGS_KEPT`)."""
     error: str | None = None
-
-
-@dataclass(slots=True)
-class _HeldLog:
-    """A log that began while the previous log's file was still being closed."""
-
-    timestamp_us: int
-    chunks: list[bytes] = field(default_factory=list)
-    end: str | None = None
-    """Set when the log ended before its file could be opened."""
 
 
 class Publisher:
@@ -145,13 +149,15 @@ class Publisher:
 
 
 class Pipeline:
-    """One link's receive path: codec, session, file, parser and publisher, driven by the shell.
+    """The receive path of one recorder: codec, session, files, parser and publisher.
+
+    It lives as long as the recorder, across link outages and reopened devices: the session (and
+    the open log) outlives any one transport (:meth:`attach`, :meth:`detach`).
 
     Args:
         codec: Our MAVLink codec (our sysid/compid).
         session: The logging session core.
-        transport: The open link.
-        sink: Where logs are written.
+        files: The recording thread's handle (every disk call happens there).
         status: Counters shared with the status line.
         publisher: The MQTT side, or None.
         on_log_ended: Called with the finished log (``--once`` uses it).
@@ -162,40 +168,38 @@ class Pipeline:
         *,
         codec: MavlinkCodec,
         session: LoggingSession,
-        transport: Transport,
-        sink: UlgFileSink,
+        files: LogFiles,
         status: RecorderStatus,
         publisher: Publisher | None = None,
         on_log_ended: Callable[[LogEnded], None] | None = None,
     ) -> None:
         self.codec = codec
         self.session = session
-        self.transport = transport
-        self.sink = sink
+        self.files = files
+        self.transport: Transport | None = None
         self.status = status
         self.publisher = publisher
         self._on_log_ended = on_log_ended
+        self._send: Callable[[bytes], None] = _drop
         self._parser: ULogParser | None = None
         self._decode_backlog: list[bytes] = []
         self._decode_scheduled = False
         self._decode_now = 0.0
         """Receive time of the newest backlog chunk: the publish policy's clock for it."""
-        self._closing: set[asyncio.Task[None]] = set()
-        self._held: deque[_HeldLog] = deque()
-        """Logs that began while the previous file was still being closed, oldest first."""
-        self._file_closing = False
+        self._log_id = 0
+        self._log_timestamp_us = 0
         self._last_loss_warning = -LOSS_WARNING_INTERVAL_S
         self.rejected: StreamRejected | None = None
         self.ended = asyncio.Event()
         """Set when the session is over (after :meth:`stop`)."""
         self.fatal: UlogstreamError | None = None
-        """An error that ends this pipeline (disk full); the daemon stops the stream."""
+        """An error that ends the recorder (disk full); the daemon stops the stream."""
 
     # -- the ack path --------------------------------------------------------------------
 
     def receive(self, data: bytes, now: float) -> None:
         """Handle one chunk from the link: acks go out first, then everything else."""
-        session_receive, send = self.session.receive, self.transport.send
+        session_receive, send = self.session.receive, self._send
         encode_ack = self.codec.encode_logging_ack
         later: list[SessionOutput] = []
         for message in self.codec.decode(data):
@@ -207,6 +211,20 @@ class Pipeline:
         if later:
             self.execute(later, now)
 
+    # -- the link ------------------------------------------------------------------------
+
+    def attach(self, transport: Transport, now: float) -> None:
+        """Send on ``transport`` from now on; a reopened link probes the open log's stream."""
+        reopened = self.transport is not None or self.session.state is not SessionState.IDLE
+        self.transport = transport
+        self._send = transport.send
+        if reopened:
+            self.execute(self.session.link_restored(now), now)
+
+    def detach(self) -> None:
+        """The link is gone: send nothing until :meth:`attach` (the session and log stay)."""
+        self._send = _drop
+
     # -- everything else -----------------------------------------------------------------
 
     def start(self, now: float) -> None:
@@ -215,18 +233,21 @@ class Pipeline:
 
     def stop(self, now: float) -> None:
         """Stop streaming with the handshake; :attr:`ended` is set when it is over."""
+        if self.session.state is SessionState.IDLE:  # no link was ever open: nothing to stop
+            self.ended.set()
+            return
         self.execute(self.session.stop(now), now)
 
+    def abandon(self, now: float) -> None:
+        """End a stop at once, without waiting for the end of the log (a second Ctrl-C)."""
+        self.execute(self.session.abandon(), now)
+
     def timer(self, now: float) -> None:
-        """Run what is due: session timers, file flush, held MQTT samples."""
+        """Run what is due: session timers, file hand-over, held MQTT samples."""
         deadline = self.session.next_deadline()
         if deadline is not None and now >= deadline:
             self.execute(self.session.handle_timer(now), now)
-        try:
-            if self.sink.is_open and self.sink.flush_due(now):
-                self._spawn(self.sink.sync())
-        except DiskFullError as err:
-            self._disk_full(err, now)
+        self.files.flush_due(now)
         if self.publisher is not None:
             held = self.publisher.policy.flush_due(now)
             if held:
@@ -234,7 +255,7 @@ class Pipeline:
 
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`timer` has something to do."""
-        deadlines = [self.session.next_deadline(), self.sink.next_flush_deadline()]
+        deadlines = [self.session.next_deadline(), self.files.next_flush_deadline()]
         if self.publisher is not None:
             deadlines.append(self.publisher.policy.next_deadline())
         due = [d for d in deadlines if d is not None]
@@ -245,19 +266,19 @@ class Pipeline:
         for output in outputs:
             match output:
                 case SendAck(sequence, target_system, target_component):
-                    self.transport.send(
+                    self._send(
                         self.codec.encode_logging_ack(sequence, target_system, target_component)
                     )
                 case WriteUlog(data):
                     self._write(data, now)
                 case SendCommand(command, target_system, target_component, param1):
-                    self.transport.send(
+                    self._send(
                         self.codec.encode_command_long(
                             command, param1, target_system, target_component
                         )
                     )
                 case SendHeartbeat():
-                    self.transport.send(self.codec.encode_heartbeat())
+                    self._send(self.codec.encode_heartbeat())
                 case LogStarted(timestamp_us):
                     self._log_started(timestamp_us, now)
                 case LogEnded():
@@ -286,10 +307,7 @@ class Pipeline:
                     self.ended.set()
 
     def _write(self, data: bytes, now: float) -> None:
-        if self._held:
-            self._held[-1].chunks.append(data)
-        else:
-            self._write_file(data, now)
+        self.files.write(data)
         if self._parser is None:
             return
         # Decoding waits until the link has no more data ready (call_soon runs once the receive
@@ -339,13 +357,6 @@ class Pipeline:
         if self.publisher is not None:
             self.publisher.events(events, now)
 
-    def _write_file(self, data: bytes, now: float) -> None:
-        if self.sink.is_open:
-            try:
-                self.sink.write(data)
-            except DiskFullError as err:
-                self._disk_full(err, now)
-
     def _count(self, events: list[ULogEvent]) -> None:
         topics = self.status.topics
         for event in events:
@@ -366,105 +377,62 @@ class Pipeline:
         self._close_parser(now)
         self.status.topics.clear()
         self._parser = ULogParser()
-        if self._file_closing:
-            # The previous log ended moments ago (a reboot: often in this very chunk) and its
-            # file is still being closed: hold this log's bytes until _finish_file frees the sink.
-            self._held.append(_HeldLog(timestamp_us))
-            self.status.state = "streaming"
-            return
-        self._open_file(timestamp_us, now)
-
-    def _open_file(self, timestamp_us: int, now: float) -> None:
-        path: Path | None = None
-        try:
-            started = self.sink.start_log()
-        except DiskFullError as err:
-            self._disk_full(err, now)
-        else:
-            path = started.path
-            for deleted in started.deleted:
-                logger.info("rotation deleted %s", deleted)
-            logger.info("recording %s", started.path)
-        self.status.log_path = path
+        self._log_id = self.files.start_log()  # the file is created by the worker, in order
+        self._log_timestamp_us = timestamp_us
         self.status.state = "streaming"
-        if self.publisher is not None:
-            self.publisher.offer(
-                self.publisher.policy.log_started(
-                    wall_time=time.time(),
-                    now=now,
-                    log_file=None if path is None else str(path),
-                    first_timestamp_us=timestamp_us or None,
-                )
-            )
+        self.status.log_path = None
 
     def _log_ended(self, ended: LogEnded, now: float) -> None:
         self._close_parser(now)
         how = "complete" if ended.complete else "incomplete: the stream stopped unannounced"
-        self._close_file(f"{how}; {ended.reason}")
+        self.files.finish_log(f"{how}; {ended.reason}")
         self.status.state = "idle"
-        self.status.log_path = None
         if self._on_log_ended is not None:
             self._on_log_ended(ended)
 
-    def _close_file(self, how: str) -> None:
-        """Finish the current log's file (when its bytes are held: once it has been opened)."""
-        if self._held:
-            self._held[-1].end = how
-        elif self.sink.is_open and not self._file_closing:
-            self._file_closing = True
-            self._spawn(self._finish_file(how))
+    def file_event(self, event: FileEvent) -> None:
+        """What the file worker reports (called on the loop)."""
+        status = self.status
+        current = event.log_id == self._log_id and self.files.log_open
+        match event:
+            case LogOpened(_, path, deleted):
+                for old in deleted:
+                    logger.info("rotation deleted %s", old)
+                logger.info("recording %s", path)
+                if current:
+                    status.log_path = path
+                    self._publish_log_started(path)
+            case LogFinished(_, finished, how):
+                status.finished.append(finished)
+                status.logs_finished += 1
+                if status.log_path == finished.path.with_name(finished.path.name + ".part"):
+                    status.log_path = None
+                logger.info("log finished: %s (%d bytes, %s)", finished.path, finished.size, how)
+            case LogFailed(_, path, error) | FinishFailed(_, path, error):
+                kept = "" if path is None else f"; {path.name} is kept and recovered at start-up"
+                status.error = f"{error}{kept}; recording goes on with the next log"
+                logger.error("%s", status.error)
+                if current:
+                    status.log_path = None
+                    if path is None:
+                        self._publish_log_started(None)
+            case DiskFull(_, error):
+                logger.error("%s", error)
+                status.error = str(error)
+                if self.fatal is None:
+                    self.fatal = error
+                    self.stop(time.monotonic())
 
-    async def _finish_file(self, how: str) -> None:
-        finished = await self.sink.aclose()
-        self._file_closing = False
-        self.status.finished.append(finished)
-        self.status.logs_finished += 1
-        logger.info("log finished: %s (%d bytes, %s)", finished.path, finished.size, how)
-        if not self._held:
-            return
-        held = self._held.popleft()
-        now = time.monotonic()
-        self._open_file(held.timestamp_us, now)
-        if not self.sink.is_open:  # the disk is full: the pipeline is stopping
-            self._held.clear()
-            return
-        for data in held.chunks:
-            self._write_file(data, now)
-        if held.end is not None:
-            self.status.log_path = None
-            self._file_closing = True
-            self._spawn(self._finish_file(held.end))
-
-    def _disk_full(self, err: DiskFullError, now: float) -> None:
-        logger.error("%s", err)
-        self.status.error = str(err)
-        self.fatal = err
-        self._close_file("stopped: disk full")
-        self.stop(now)
-
-    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._closing.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._closing.discard(task)
-        if not task.cancelled() and (error := task.exception()) is not None:
-            # A file that cannot be finished (fsync or rename failed): say so, keep recording.
-            self.status.error = f"could not finish a log file: {error}"
-            logger.error("%s", self.status.error)
-
-    async def drain(self) -> None:
-        """Wait until files being finalised (fsync + rename) are done."""
-        while self._closing:
-            await asyncio.gather(*list(self._closing), return_exceptions=True)
-
-    def end_log_now(self) -> None:
-        """The link is gone: finish the open file as incomplete (the session is dropped)."""
-        self._close_parser(time.monotonic())
-        self._close_file("incomplete: the link was lost")
-        self.status.state = "link lost"
-        self.status.log_path = None
+    def _publish_log_started(self, path: Path | None) -> None:
+        if self.publisher is not None:
+            self.publisher.offer(
+                self.publisher.policy.log_started(
+                    wall_time=time.time(),
+                    now=time.monotonic(),
+                    log_file=None if path is None else str(path),
+                    first_timestamp_us=self._log_timestamp_us or None,
+                )
+            )
 
     def refresh_status(self) -> None:
         """Copy the counters of the session, codec, sink and MQTT into :attr:`status`."""
@@ -473,10 +441,12 @@ class Pipeline:
         status.packets = counters.packets
         status.gaps = counters.gaps
         status.packets_lost = counters.packets_lost
+        status.late = counters.late
+        status.stale = counters.stale
         status.dropouts = counters.dropouts
         status.mismatches = counters.mismatches
         status.bytes_total = counters.bytes_written
-        status.log_bytes = self.sink.bytes_written + self.sink.bytes_buffered
+        status.log_bytes = self.files.log_bytes if self.files.log_open else 0
         status.bad_frames = self.codec.bad_frames
         if self.publisher is not None:
             sink = self.publisher.sink
@@ -486,8 +456,8 @@ class Pipeline:
             status.mqtt_reconnects = sink.reconnects
 
 
-class _PipelineDone(Exception):  # noqa: N818 (control flow, not an error)
-    """Raised inside a pipeline's task group to end it (the session is over)."""
+def _drop(_data: bytes) -> None:
+    """Where sends go while no link is open."""
 
 
 def publish_settings(mqtt: MqttSettings) -> PublishSettings:
@@ -537,6 +507,21 @@ def build_publisher(mqtt: MqttSettings) -> Publisher | None:
     return Publisher(policy, MqttSink(sink_settings(mqtt), will=policy.last_will()))
 
 
+class _OnceLinkError(Exception):
+    """``record --once`` found no link: carries the LinkError out of the task group."""
+
+    def __init__(self, error: LinkError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _state_text(state: SessionState, current: str) -> str:
+    """The status line's state for a session state (the streaming text is set by the log)."""
+    if state is SessionState.STREAMING:
+        return current if current in {"streaming", "idle"} else "streaming"
+    return str(state.value)
+
+
 class Recorder:
     """Records every log streamed on one link, publishing live, until stopped.
 
@@ -561,6 +546,7 @@ class Recorder:
         self._status_stream = status_stream
         self._notifier = notifier or Notifier({})
         self._stop_requested = asyncio.Event()
+        self._abandon_requested = asyncio.Event()
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
         self.publisher = build_publisher(settings.mqtt)
@@ -570,7 +556,12 @@ class Recorder:
         self.sink = UlgFileSink.from_settings(settings.recording)
 
     def request_stop(self) -> None:
-        """Stop streaming with the handshake, finish the file and return from :meth:`run`."""
+        """Stop streaming with the handshake, finish the file and return from :meth:`run`.
+
+        A second request while the stop waits for the vehicle abandons the wait.
+        """
+        if self._stop_requested.is_set():
+            self._abandon_requested.set()
         self._stop_requested.set()
 
     async def run(self) -> int:
@@ -582,104 +573,136 @@ class Recorder:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, self.request_stop)
-        side_tasks = [asyncio.create_task(self._status_loop())]
-        if self.publisher is not None:
-            side_tasks.append(asyncio.create_task(self.publisher.sink.run()))
+        pipeline = self._new_pipeline()
+        pipeline.files.start()
         self._notifier.ready(f"recording from {self.settings.link.connection}")
         try:
-            await self._link_loop()
+            async with asyncio.TaskGroup() as group:
+                side_tasks = [group.create_task(self._supervised("status", self._status_loop))]
+                if self.publisher is not None:
+                    side_tasks.append(
+                        group.create_task(self._supervised("MQTT", self.publisher.sink.run))
+                    )
+                link = group.create_task(self._link_loop(pipeline))
+                await self._timer_loop(pipeline)
+                link.cancel()
+                pipeline.refresh_status()  # the last counters, for the caller and MQTT
+                await pipeline.files.aclose()  # every file finished (fsync, rename) first
+                if self.publisher is not None:
+                    self.publisher.offer([self.publisher.policy.offline_status(time.monotonic())])
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
+                for task in side_tasks:
+                    task.cancel()
+        except* _OnceLinkError as errors:
+            first = errors.exceptions[0]
+            assert isinstance(first, _OnceLinkError)  # noqa: S101 (the except* type)
+            raise first.error from None
         finally:
-            if self.pipeline is not None:
-                self.pipeline.refresh_status()  # the last counters, for the caller and MQTT
             self._notifier.stopping()
-            if self.publisher is not None:
-                self.publisher.offer([self.publisher.policy.offline_status(time.monotonic())])
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
-            for task in side_tasks:
-                task.cancel()
-            await asyncio.gather(*side_tasks, return_exceptions=True)
+            await pipeline.files.aclose()
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 for signum in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(signum)
             self._draw_status(final=True)
+        if pipeline.fatal is not None or (pipeline.rejected is not None and self.once):
+            self.exit_code = 1
         return self.exit_code
 
-    async def _link_loop(self) -> None:
-        attempt = 0
-        last_error = ""
-        while not self._stop_requested.is_set():
-            self.status.state = "waiting for link"
-            try:
-                transport = await open_transport(self._spec)
-            except LinkError as err:
-                if self.once and self.pipeline is None:
-                    raise  # record --once: no link to wait for; one clear error, exit non-zero
-                if str(err) != last_error:
-                    logger.warning("%s; retrying", err)
-                    last_error = str(err)
-                delay = RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)]
-                attempt += 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_requested.wait(), delay)
-                continue
-            if attempt or last_error:
-                self.status.link_reconnects += 1
-                logger.info("link %s is back", transport.describe())
-            attempt, last_error = 0, ""
-            try:
-                done = await self._run_session(transport)
-            finally:
-                await transport.aclose()
-            if done:
-                return
-
-    async def _run_session(self, transport: Transport) -> bool:
-        """Stream on an open link; True when the recorder is done, False to reconnect."""
+    def _new_pipeline(self) -> Pipeline:
         link = self.settings.link
         codec = MavlinkCodec(
             system_id=link.sysid, component_id=link.compid, signing_key=self._signing_key
         )
-        session = LoggingSession(
-            system_id=link.sysid,
-            component_id=link.compid,
-            target_system=link.target_sysid,
-            data_timeout=self.settings.recording.idle_timeout_s,
-        )
         pipeline = Pipeline(
             codec=codec,
-            session=session,
-            transport=transport,
-            sink=self.sink,
+            session=self._new_session(),
+            files=LogFiles(self.sink, self._file_event),
             status=self.status,
             publisher=self.publisher,
             on_log_ended=self._log_ended,
         )
         self.pipeline = pipeline
-        self.status.state = "waiting for autopilot"
-        logger.info("listening on %s", transport.describe())
-        pipeline.start(time.monotonic())
-        done = False
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._receive_loop(pipeline))
-                group.create_task(self._timer_loop(pipeline))
-        except* _PipelineDone:
-            done = self._stop_requested.is_set() or pipeline.fatal is not None
-        except* LinkError as errors:
-            logger.warning("%s", errors.exceptions[0])
-            log_was_open = session.log_open
-            pipeline.end_log_now()
-            # record --once: the lost link ended the first log, so it is done.
-            done = self._stop_requested.is_set() or (self.once and log_was_open)
-        await pipeline.drain()
-        if pipeline.fatal is not None or (pipeline.rejected is not None and self.once):
-            self.exit_code = 1
-            return True
-        return done
+        return pipeline
 
-    async def _receive_loop(self, pipeline: Pipeline) -> None:
-        receive, transport = pipeline.receive, pipeline.transport
+    def _file_event(self, event: FileEvent) -> None:
+        if self.pipeline is not None:
+            self.pipeline.file_event(event)
+
+    def _new_session(self) -> LoggingSession:
+        link = self.settings.link
+        return LoggingSession(
+            system_id=link.sysid,
+            component_id=link.compid,
+            target_system=link.target_sysid,
+            data_timeout=self.settings.recording.idle_timeout_s,
+        )
+
+    async def _supervised(
+        self, name: str, run: Callable[[], Coroutine[object, object, None]]
+    ) -> None:
+        """Run a side task for ever: a failure is logged with its cause and it starts again."""
+        failures = 0
+        while True:
+            started = time.monotonic()
+            try:
+                await run()
+            except Exception as err:  # noqa: BLE001 (any fault of a side task is logged, then retried)
+                if time.monotonic() - started > RESTART_BACKOFF[-1]:
+                    failures = 0
+                delay = RESTART_BACKOFF[min(failures, len(RESTART_BACKOFF) - 1)]
+                failures += 1
+                logger.error(  # noqa: TRY400 (one line with the cause; the loop goes on)
+                    "%s stopped: %s: %s; restarting it in %.0f s",
+                    name,
+                    type(err).__name__,
+                    err,
+                    delay,
+                )
+            else:
+                return
+            await asyncio.sleep(delay)
+
+    async def _link_loop(self, pipeline: Pipeline) -> None:
+        """Open the link, read it until it fails, and open it again, for ever."""
+        attempt = 0
+        last_error = ""
+        while True:
+            try:
+                transport = await open_transport(self._spec)
+            except LinkError as err:
+                if self.once and pipeline.transport is None:
+                    # record --once: no link to wait for; one clear error, exit non-zero
+                    raise _OnceLinkError(err) from None
+                if str(err) != last_error:
+                    logger.warning("%s; retrying", err)
+                    last_error = str(err)
+                await asyncio.sleep(RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)])
+                attempt += 1
+                continue
+            if pipeline.transport is not None:
+                self.status.link_reconnects += 1
+                logger.info("link %s is back", transport.describe())
+            else:
+                logger.info("listening on %s", transport.describe())
+            attempt, last_error = 0, ""
+            now = time.monotonic()
+            if pipeline.session.state is SessionState.IDLE:
+                self.status.state = "waiting for autopilot"
+                pipeline.attach(transport, now)
+                pipeline.start(now)
+            else:
+                pipeline.attach(transport, now)
+            try:
+                await self._receive_loop(pipeline, transport)
+            except LinkError as err:
+                logger.warning("%s; the open log waits for it to come back", err)
+            finally:
+                pipeline.detach()
+                await transport.aclose()
+
+    async def _receive_loop(self, pipeline: Pipeline, transport: Transport) -> None:
+        receive = pipeline.receive
         monotonic = time.monotonic
         while True:
             data = await transport.receive()
@@ -689,18 +712,23 @@ class Recorder:
             receive(data, monotonic())
 
     async def _timer_loop(self, pipeline: Pipeline) -> None:
+        """Drive the session's timers until it has ended (stopped, or given up)."""
         stopping = False
         rejected_at: float | None = None
-        while True:
+        while not pipeline.ended.is_set():
             now = time.monotonic()
-            if pipeline.ended.is_set():
-                raise _PipelineDone
             if not stopping and (self._stop_requested.is_set() or pipeline.fatal is not None):
                 stopping = True
-                self.status.state = "stopping"
                 pipeline.stop(now)
                 continue
-            if pipeline.rejected is not None and not stopping:
+            if stopping:
+                if self._abandon_requested.is_set():
+                    logger.warning("stop abandoned: the end of the log is not recorded")
+                    pipeline.abandon(now)
+                    continue
+                progress = pipeline.session.stop_progress(now)
+                self.status.state = "stopping" if progress is None else f"stopping: {progress}"
+            elif pipeline.rejected is not None:
                 if self.once:
                     self._stop_requested.set()
                     continue
@@ -708,17 +736,20 @@ class Recorder:
                     rejected_at = now
                     logger.warning("asking again in %.0f s", REJECTED_RETRY_S)
                 elif now - rejected_at >= REJECTED_RETRY_S:
-                    raise _PipelineDone
+                    rejected_at = None
+                    pipeline.rejected = None
+                    pipeline.session = self._new_session()
+                    pipeline.start(now)
+            else:
+                self.status.state = _state_text(pipeline.session.state, self.status.state)
             pipeline.timer(now)
             deadline = pipeline.next_deadline()
             delay = TIMER_TICK_S
             if deadline is not None:
                 delay = min(delay, max(0.0, deadline - time.monotonic()))
-            if stopping:
-                await asyncio.sleep(delay)
-            else:  # wake at once for a stop request
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_requested.wait(), delay)
+            wake = self._abandon_requested if stopping else self._stop_requested
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), delay)
 
     def _log_ended(self, _ended: LogEnded) -> None:
         if self.once:
@@ -769,6 +800,7 @@ class Recorder:
             "packets": status.packets,
             "gaps": status.gaps,
             "packets_lost": status.packets_lost,
+            "packets_late": status.late,
             "dropouts": status.dropouts,
             "bad_frames": status.bad_frames,
             "link_reconnects": status.link_reconnects,
@@ -783,7 +815,8 @@ class Recorder:
         text = (
             f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
             f"{status.bytes_per_s / 1e3:.0f} KB/s, {status.packets} packets, "
-            f"{status.gaps} gaps ({status.packets_lost} lost), {status.dropouts} dropouts"
+            f"{status.gaps} gaps ({status.packets_lost} lost, {status.late} late), "
+            f"{status.dropouts} dropouts"
         )
         if self.publisher is not None:
             link = "up" if status.mqtt_connected else "down"

@@ -28,7 +28,6 @@ from ulogstream.sim.vehicle import VehicleConfig
 from ulogstream.ulog.reader import read
 
 if TYPE_CHECKING:
-    from ulogstream.adapters.file_sink import FinishedLog
     from ulogstream.sim.runner import SimSummary
 
 VIEW_INTERVAL_S = 0.5
@@ -121,7 +120,7 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
         sim: SimSummary | None = None
         with contextlib.suppress(TimeoutError):
             sim = await asyncio.wait_for(sim_task, 5.0)
-        finished: list[FinishedLog] = recorder.status.finished
+        finished = recorder.status.finished
         recording = finished[-1].path if finished else None
         recorded = 0
         if recording is not None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 import struct
-import threading
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -101,24 +99,19 @@ def test_an_existing_name_gets_a_numbered_suffix(tmp_path: Path) -> None:
     assert (tmp_path / "2026-11-21" / "10_05_07.ulg").read_bytes() == b"older log"
 
 
-def test_written_data_reaches_the_file_at_most_one_interval_later(tmp_path: Path) -> None:
+def test_written_data_reaches_the_file_at_flush(tmp_path: Path) -> None:
     sink = UlgFileSink(tmp_path, min_free_mb=0)
     part = sink.start_log(now_utc=START).path
     header, *messages = split_messages(sample_log())
 
     sink.write(header)
     assert part.read_bytes() == b""  # write() only appends to memory
-    assert sink.next_flush_deadline() == float("-inf")
-    assert sink.flush_due(100.0)
+    assert sink.flush() == []
     assert part.read_bytes() == header  # another handle sees it: it went through os.write
-
     sink.write(messages[0])
-    assert sink.next_flush_deadline() == 101.0
-    assert not sink.flush_due(100.5)
-    assert part.read_bytes() == header
-    assert sink.flush_due(101.0)
+    assert sink.bytes_buffered == len(messages[0])
+    sink.flush()
     assert part.read_bytes() == header + messages[0]
-    assert sink.next_flush_deadline() is None
     assert sink.bytes_written == len(header + messages[0])
     assert sink.bytes_buffered == 0
 
@@ -165,35 +158,6 @@ def test_close_fsyncs_the_file_then_renames_it_and_fsyncs_the_directory(
     assert ULog(str(final)).data_list[0].name == "sample"
 
 
-@pytest.mark.asyncio
-async def test_sync_runs_fsync_in_a_worker_thread_and_aclose_finishes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    sink = UlgFileSink(tmp_path, min_free_mb=0)
-    part = sink.start_log(now_utc=START).path
-    sink.write(sample_log())
-    threads: list[tuple[int, str]] = []
-    real_fsync = os.fsync
-
-    def recording_fsync(fd: int) -> None:
-        threads.append((threading.get_ident(), str(Path(f"/proc/self/fd/{fd}").readlink())))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", recording_fsync)
-    assert sink.flush_due(0.0)
-
-    await sink.sync()
-    await sink.sync()  # the directory entry is made durable only once
-
-    loop_thread = threading.get_ident()
-    assert [path for _, path in threads] == [str(part), str(part.parent), str(part)]
-    assert all(ident != loop_thread for ident, _ in threads)
-    finished = await sink.aclose()
-    assert finished.path.name == "10_05_07.ulg"
-    assert finished.path.read_bytes() == sample_log()
-    assert threads[-1][0] != loop_thread
-
-
 def test_misuse_raises_runtime_errors(tmp_path: Path) -> None:
     sink = UlgFileSink(tmp_path, min_free_mb=0)
     with pytest.raises(RuntimeError, match="call start_log"):
@@ -229,8 +193,7 @@ def test_start_refuses_when_free_space_is_already_below_the_limit(tmp_path: Path
     assert not list(tmp_path.rglob("*.part"))
 
 
-@pytest.mark.asyncio
-async def test_disk_guard_stops_before_the_message_that_crosses_the_limit(tmp_path: Path) -> None:
+def test_disk_guard_stops_before_the_message_that_crosses_the_limit(tmp_path: Path) -> None:
     log = sample_log(200)
     messages = split_messages(log)
     headroom = len(log) // 2
@@ -240,7 +203,7 @@ async def test_disk_guard_stops_before_the_message_that_crosses_the_limit(tmp_pa
     for message in messages:
         sink.write(message)
     with pytest.raises(DiskFullError) as info:
-        sink.flush_due(0.0)
+        sink.flush()
     sink.write(b"after the stop")
 
     written = part.read_bytes()
@@ -251,7 +214,7 @@ async def test_disk_guard_stops_before_the_message_that_crosses_the_limit(tmp_pa
     assert "recording stopped: only 1 MB free on" in str(info.value)
     assert "(min_free_mb = 1); free space or lower the limit" in str(info.value)
     assert sink.stopped is info.value
-    finished = await sink.aclose()
+    finished = sink.close()
     assert finished.disk_full is info.value
     assert finished.dropped_bytes == len(log) - len(written) + len(b"after the stop")
     assert finished.path.read_bytes() == written
@@ -331,9 +294,8 @@ def test_max_total_mb_deletes_oldest_logs_also_while_recording(tmp_path: Path) -
     assert started.deleted == (a,)  # 1.2 MB -> 0.8 MB
 
     sink.write(bytes(300_000))
-    sink.flush()
 
-    assert sink.rotated == [b]  # 0.8 MB + 0.3 MB being recorded > 1 MB
+    assert sink.flush() == [b]  # 0.8 MB + 0.3 MB being recorded > 1 MB
     assert c.exists()
     assert sink.path is not None
     assert sink.path.exists()
@@ -428,25 +390,3 @@ def test_a_sink_recording_after_recovery_does_not_reuse_recovered_names(tmp_path
 
     assert recovered.path.name == "10_05_07.ulg"
     assert again.path.name == "10_05_07_1.ulg.part"
-
-
-@pytest.mark.asyncio
-async def test_aclose_waits_for_a_running_sync_and_refuses_later_writes(tmp_path: Path) -> None:
-    sink = UlgFileSink(tmp_path, min_free_mb=0)
-    sink.start_log(now_utc=START)
-    sink.write(sample_log())
-    sink.flush()
-    syncing = asyncio.ensure_future(sink.sync())
-    await asyncio.sleep(0)  # the fsync thread is running now
-    with pytest.raises(RuntimeError, match="use aclose"):
-        sink.close()
-
-    closing = asyncio.ensure_future(sink.aclose())
-    await asyncio.sleep(0)
-    with pytest.raises(RuntimeError, match="call start_log"):
-        sink.write(b"too late")
-    finished = await closing
-    await syncing
-
-    assert finished.path.read_bytes() == sample_log()
-    assert not sink.is_open

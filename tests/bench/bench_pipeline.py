@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from bench.bench_receive import MB, load_log, recorded_stream  # noqa: E402
 
 from ulogstream.adapters.file_sink import UlgFileSink  # noqa: E402
+from ulogstream.adapters.log_files import LogFiles  # noqa: E402
 from ulogstream.adapters.udp_transport import UdpTransport  # noqa: E402
 from ulogstream.config import MqttSettings  # noqa: E402
 from ulogstream.daemon import Pipeline, RecorderStatus, build_publisher  # noqa: E402
@@ -95,15 +96,29 @@ class NullTransport:
 def make_pipeline(out_dir: Path, *, max_logs: int = 0) -> tuple[Pipeline, Publisher]:
     publisher = build_publisher(MqttSettings(url="mqtt://127.0.0.1:1883", vehicle_id="bench"))
     assert publisher is not None
+    pipelines: list[Pipeline] = []
+    files = LogFiles(
+        UlgFileSink(out_dir, min_free_mb=0, max_logs=max_logs),
+        lambda event: pipelines[0].file_event(event),  # noqa: PLW0108 (made below)
+    )
     pipeline = Pipeline(
         codec=MavlinkCodec(system_id=254, component_id=155),
         session=LoggingSession(target_system=1),
-        transport=NullTransport(),
-        sink=UlgFileSink(out_dir, min_free_mb=0, max_logs=max_logs),
+        files=files,
         status=RecorderStatus(),
         publisher=publisher,
     )
+    pipelines.append(pipeline)
+    files.start()
+    pipeline.attach(NullTransport(), 0.0)
     return pipeline, publisher
+
+
+async def finish(pipeline: Pipeline) -> None:
+    """End the open log and wait until every file is finished (fsync, rename)."""
+    pipeline.abandon(0.0)
+    await pipeline.files.aclose()
+    await asyncio.sleep(0)  # the worker's last events reach the pipeline
 
 
 async def feed(pipeline: Pipeline, datagrams: Sequence[bytes], now: float) -> float:
@@ -138,8 +153,7 @@ async def part_a(datagrams: Sequence[bytes], log: bytes, passes: int) -> None:
             pipeline.start(0.0)
             started = time.process_time()
             await feed(pipeline, datagrams, 0.0)
-            pipeline.end_log_now()
-            await pipeline.drain()
+            await finish(pipeline)
             cpu = time.process_time() - started
             (path,) = recordings(Path(tmp))
             if path.read_bytes() != log:
@@ -341,8 +355,7 @@ async def part_c(datagrams: Sequence[bytes], minutes: float) -> None:
             if number % max(1, passes // 4) == 0:
                 samples.append(rss_mb())
         cpu = time.process_time() - started
-        pipeline.end_log_now()
-        await pipeline.drain()
+        await finish(pipeline)
         end_rss = rss_mb()
         logs_left = len(recordings(Path(tmp)))
     finished = len(pipeline.status.finished)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from e2e.support import (
@@ -26,6 +28,7 @@ from e2e.support import (
     wait_for,
 )
 
+from ulogstream.adapters import file_sink
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.daemon import Recorder
 from ulogstream.demo import free_udp_port
@@ -403,3 +406,36 @@ async def test_new_log_with_another_header_mid_stream_starts_a_second_file(
     read_pyulog(first)
     read_pyulog(second)
     assert "new log" in finished_messages(caplog)[0]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_failed_finalise_keeps_its_part_and_recording_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    real_finalise = file_sink._finalise
+    calls = 0
+
+    def eio_once(open_log: Any) -> Path:  # noqa: ANN401 (the sink's private record)
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            os.close(open_log.fd)
+            raise OSError(errno.EIO, "Input/output error")
+        return real_finalise(open_log)
+
+    monkeypatch.setattr(file_sink, "_finalise", eio_once)
+    log = flight_log(4.0, seed=26)
+    link, connection = await listening_vehicle()
+    recorder = Recorder(recorder_settings(connection, tmp_path))
+    run = await record(log, recorder, link, faults=FaultConfig(reboot_at=400), stop_after_log=1)
+    assert run.exit_code == 0
+    (second,) = run.files  # the first log's finalise failed; the next log was recorded whole
+    assert second.read_bytes() == log
+    (part,) = files(tmp_path, "*.ulg.part")
+    assert log.startswith(part.read_bytes())  # kept as it was, for start-up recovery
+    error = run.recorder.status.error
+    assert error is not None
+    assert "Input/output error" in error
+    assert f"{part.name} is kept and recovered at start-up" in error

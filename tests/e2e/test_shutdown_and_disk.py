@@ -132,9 +132,7 @@ async def test_disk_guard_stops_cleanly_on_a_message_boundary(tmp_path: Path) ->
     recorder = Recorder(
         recorder_settings(f"udpout:127.0.0.1:{link.local_address[1]}", tmp_path), once=True
     )
-    recorder.sink = UlgFileSink(
-        tmp_path, min_free_mb=1, flush_interval_s=0.05, disk_usage=disk_usage
-    )
+    recorder.sink = UlgFileSink(tmp_path, min_free_mb=1, disk_usage=disk_usage)
     config = VehicleConfig(link_rate=USB_LINK_RATE, speed=None, stop_accept_delay=0.0)
     run = await record(log, recorder, counting, config=config, stop_after_log=None)
     assert run.exit_code == 1

@@ -509,7 +509,7 @@ def test_probe_accepted_means_a_new_log_the_old_one_ends() -> None:
     assert session.link_restored(4.0) == [SendHeartbeat()]
     assert of_type(run_timers(session, 5.0), SendCommand) == [START]
     outputs = session.receive(ack(MAV_CMD_LOGGING_START, MavResult.ACCEPTED), 5.1)
-    assert outputs == [LogEnded(LogEndReason.DATA_TIMEOUT, complete=False)]
+    assert outputs == [LogEnded(LogEndReason.STREAM_GONE, complete=False)]
     assert state(session) is SessionState.STREAMING
     outputs = feed(session, PACKETS, start=5.2)
     assert outputs[1] == LogStarted(123)

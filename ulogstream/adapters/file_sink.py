@@ -1,21 +1,18 @@
-"""Recording to disk: one ``.ulg`` per log, buffered so the ack path never waits on the disk.
+"""Recording to disk: one ``.ulg`` per log, with a free-space guard and rotation (blocking I/O).
 
 A log is written to ``{out_dir}/{YYYY-MM-DD}/{HH_MM_SS}.ulg.part`` (UTC, like PX4's SD card) and
-renamed to ``.ulg`` once it is complete and fsynced. :meth:`UlgFileSink.write` only appends to
-memory; the shell calls :meth:`UlgFileSink.flush_due` (``os.write`` at most once per flush
-interval, so data reaches the kernel within a second) and awaits :meth:`UlgFileSink.sync` (fsync in
-a worker thread). The caller only hands over whole ULog messages, so the file on disk always ends
-on a message boundary except after a crash mid-``write``; :func:`recover_partial_files` trims such
-leftovers at start-up.
+renamed to ``.ulg`` once it is complete and fsynced. Every method here may block on the disk:
+the recorder calls them from its file worker thread only
+(:mod:`ulogstream.adapters.log_files`), never from the event loop. The caller only hands over
+whole ULog messages, so the file on disk always ends on a message boundary except after a crash
+mid-``write``; :func:`recover_partial_files` trims such leftovers at start-up.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import itertools
-import math
 import mmap
 import os
 import shutil
@@ -36,7 +33,6 @@ if TYPE_CHECKING:
 MB = 1 << 20
 """Bytes per MB in every size setting and message (as ``df -m`` counts)."""
 
-DEFAULT_FLUSH_INTERVAL_S = 1.0
 DEFAULT_MAX_BUFFERED = 4 << 20
 """Pending bytes that force an early ``os.write`` (about 8 s at the USB streaming ceiling)."""
 
@@ -151,7 +147,6 @@ class UlgFileSink:
         min_free_mb: Stop a log cleanly before free space would drop below this.
         max_logs: Keep at most this many finished logs (the new one included); 0: no limit.
         max_total_mb: Keep finished logs plus the current one under this size; 0: no limit.
-        flush_interval_s: Longest time written data stays in memory (see :meth:`flush_due`).
         max_buffered: Pending bytes that make :meth:`write` flush at once (bounds memory).
         disk_usage: Free-space probe; :func:`shutil.disk_usage` except in tests.
     """
@@ -163,7 +158,6 @@ class UlgFileSink:
         min_free_mb: int = 200,
         max_logs: int = 0,
         max_total_mb: int = 0,
-        flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         max_buffered: int = DEFAULT_MAX_BUFFERED,
         disk_usage: DiskUsageFunction = shutil.disk_usage,
     ) -> None:
@@ -171,20 +165,15 @@ class UlgFileSink:
         self._min_free_mb = min_free_mb
         self._max_logs = max_logs
         self._max_total_bytes = max_total_mb * MB
-        self._flush_interval_s = flush_interval_s
         self._max_buffered = max_buffered
         self._disk_usage = disk_usage
         self._log: _OpenLog | None = None
         self._pending: list[bytes] = []
         self._pending_size = 0
-        self._flush_deadline = -math.inf
         self._stopped: DiskFullError | None = None
         self._finished: list[tuple[Path, int]] = []
-        self._sync_future: asyncio.Future[None] | None = None
         self.bytes_dropped = 0
         """Bytes of the current log discarded after the disk guard stopped it."""
-        self.rotated: list[Path] = []
-        """Finished logs ``max_total_mb`` deleted while recording (the shell logs and clears it)."""
 
     @classmethod
     def from_settings(cls, recording: RecordingSettings) -> UlgFileSink:
@@ -254,7 +243,6 @@ class UlgFileSink:
         part_path = day_dir / f"{stem}{PART_SUFFIX}"
         fd = os.open(part_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self._log = _OpenLog(fd=fd, part_path=part_path, final_path=day_dir / f"{stem}{SUFFIX}")
-        self._flush_deadline = -math.inf
         self._stopped = None
         self.bytes_dropped = 0
         return StartedLog(path=part_path, deleted=tuple(deleted))
@@ -280,50 +268,31 @@ class UlgFileSink:
         if self._pending_size > self._max_buffered:
             self.flush()
 
-    def next_flush_deadline(self) -> float | None:
-        """When :meth:`flush_due` will write (its ``now`` clock); None when nothing waits."""
-        return self._flush_deadline if self._pending else None
-
-    def flush_due(self, now: float) -> bool:
-        """Write pending data if the flush interval has passed since the last flush.
-
-        Data written after a quiet period goes out on the next call; after that, at most once
-        per flush interval. When this returns True, schedule :meth:`sync`.
-
-        Args:
-            now: A monotonic clock reading, in seconds.
-
-        Raises:
-            DiskFullError: The free-space limit was reached (see :meth:`flush`).
-        """
-        if not self._pending or now < self._flush_deadline:
-            return False
-        self._flush_deadline = now + self._flush_interval_s
-        self.flush()
-        return True
-
-    def flush(self) -> None:
+    def flush(self) -> list[Path]:
         """Hand every pending byte to the kernel with ``os.write`` now (no fsync).
 
         The free-space guard runs first: if writing everything would leave less than
         ``min_free_mb``, only the whole messages that fit are written and the log stops taking
         data. Finish it with :meth:`aclose`.
 
+        Returns:
+            Finished logs ``max_total_mb`` rotation deleted to make room, oldest first.
+
         Raises:
             DiskFullError: Once, when the free-space limit stops the log.
+            OSError: The disk failed (read-only, EIO, ...): end the log with :meth:`drop`.
         """
         log = self._log
         if log is None or not self._pending:
-            return
+            return []
         chunks, self._pending, pending_size = self._pending, [], self._pending_size
         self._pending_size = 0
-        if self._max_total_bytes:
-            self.rotated.extend(self._enforce_total(log.size + pending_size))
+        deleted = self._enforce_total(log.size + pending_size) if self._max_total_bytes else []
         free = self._disk_usage(log.part_path.parent).free
         budget = free - self._min_free_mb * MB
         if pending_size <= budget:
             self._write_chunks(log, chunks)
-            return
+            return deleted
         fitting: list[bytes] = []
         used = 0
         for chunk in chunks:
@@ -333,45 +302,39 @@ class UlgFileSink:
             used += len(chunk)
         self._write_chunks(log, fitting)
         self._stop(log, dropped=pending_size - used, free_bytes=free - used)
+        return deleted  # pragma: no cover (_stop raises)
 
-    async def sync(self) -> None:
-        """Run fsync on the current log in a worker thread (and on its directory, once).
+    def fsync(self) -> None:
+        """Fsync the current log (and its directory, once): blocking, for a worker thread."""
+        if self._log is not None:
+            _sync_log(self._log)
 
-        A call while another sync is running returns at once: that one covers this data.
+    def drop(self) -> Path | None:
+        """Let go of the current log after a disk error: close it, keep its ``.ulg.part``.
+
+        Pending bytes are discarded; start-up recovery finishes the ``.part`` later.
         """
-        log = self._log
-        if log is None or self._sync_future is not None:
-            return
-        self._sync_future = asyncio.ensure_future(asyncio.to_thread(_sync_log, log))
-        try:
-            await self._sync_future
-        finally:
-            self._sync_future = None
+        log, self._log = self._log, None
+        self._pending, self._pending_size = [], 0
+        self._stopped = None
+        if log is None:
+            return None
+        with contextlib.suppress(OSError):
+            os.close(log.fd)
+        return log.part_path
 
     def close(self) -> FinishedLog:
-        """Flush, fsync and rename the current log to ``.ulg`` (blocking: shutdown paths only).
+        """Flush, fsync and rename the current log to ``.ulg``.
 
-        Raises:
-            RuntimeError: No log is open, or :meth:`sync` is still running.
-        """
-        if self._sync_future is not None:
-            msg = "close() while sync() runs; use aclose()"
-            raise RuntimeError(msg)
-        log, closing = self._detach()
-        return closing(_finalise(log))
-
-    async def aclose(self) -> FinishedLog:
-        """Flush, then fsync and rename the current log to ``.ulg`` in a worker thread.
-
-        From the moment this is called, :meth:`write` raises as if no log were open.
+        The log is let go of first: if fsync or rename fails, its ``.ulg.part`` stays on disk
+        for start-up recovery and the next :meth:`start_log` works.
 
         Raises:
             RuntimeError: No log is open.
+            OSError: fsync or rename failed.
         """
         log, closing = self._detach()
-        if self._sync_future is not None:
-            await asyncio.wait([self._sync_future])
-        return closing(await asyncio.to_thread(_finalise, log))
+        return closing(_finalise(log))
 
     def _detach(self) -> tuple[_OpenLog, Callable[[Path], FinishedLog]]:
         """Flush the current log and let go of it; the callable makes its :class:`FinishedLog`."""

@@ -109,6 +109,8 @@ class LogEndReason(enum.StrEnum):
     """Packet 0 of another log arrived (vehicle reboot, or a STOP/START we did not send)."""
     DATA_TIMEOUT = "data timeout"
     """No data of the open log within the outage grace period (or PX4 began a new log)."""
+    STREAM_GONE = "the vehicle's stream ended during a link outage"
+    """After an outage, LOGGING_START was accepted: the vehicle had stopped streaming the log."""
     ABANDONED = "abandoned"
     """The user ended a stop before the vehicle finished sending the log."""
 

@@ -578,7 +578,7 @@ class LoggingSession:
             if result == MavResult.IN_PROGRESS:
                 self._retry_at = now + self._retry_interval
             elif result == MavResult.ACCEPTED:
-                self._reassembler.end_log(LogEndReason.DATA_TIMEOUT, complete=False, out=out)
+                self._reassembler.end_log(LogEndReason.STREAM_GONE, complete=False, out=out)
                 self._enter_streaming(now)
             else:
                 self._retry_at = None
