@@ -39,6 +39,12 @@ MQTT_SCHEMES = ("mqtt", "mqtts")
 MAX_MAVLINK_ID = 0xFF
 MAX_PORT = 0xFFFF
 
+DEFAULT_BAUD = 921600
+"""Serial rate when neither the connection string nor ``link.baud`` names one: PX4's TELEM2 default.
+
+USB CDC ports (a Pixhawk's USB) run at USB speed whatever the rate.
+"""
+
 _TOPIC_FORBIDDEN = re.compile(r"[+#\x00]")
 _LEVEL_FORBIDDEN = re.compile(r"[/+#\x00]")
 _NETWORK_LINK = re.compile(r"^(?:udpin|udpout|udp|tcp):(?P<host>.*):(?P<port>[^:]*)$")
@@ -76,7 +82,8 @@ class LinkSettings:
 
     Attributes:
         connection: A serial device (``/dev/pixhawk``), ``udpin:HOST:PORT`` or ``udpout:HOST:PORT``.
-        baud: Serial baud rate (ignored by USB CDC ports, which run at USB speed).
+        baud: Serial baud rate, unless ``connection`` names one (``/dev/ttyUSB0:57600``); USB CDC
+            ports ignore it (they run at USB speed).
         sysid: Our MAVLink system id.
         compid: Our MAVLink component id (never 0; 155 is MAV_COMP_ID_LOG).
         target_sysid: The autopilot's system id; None takes the first HEARTBEAT from compid 1.
@@ -84,7 +91,7 @@ class LinkSettings:
     """
 
     connection: str = "/dev/pixhawk"
-    baud: int = 921600
+    baud: int = DEFAULT_BAUD
     sysid: int = 254
     compid: int = MAV_COMP_ID_LOG
     target_sysid: int | None = None

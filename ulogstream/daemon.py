@@ -564,7 +564,7 @@ class Recorder:
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
         self.publisher = build_publisher(settings.mqtt)
-        self._spec = parse_connection(settings.link.connection)
+        self._spec = parse_connection(settings.link.connection, default_baud=settings.link.baud)
         key_file = settings.link.signing_key_file
         self._signing_key = None if key_file is None else load_signing_key(key_file)
         self.sink = UlgFileSink.from_settings(settings.recording)

@@ -98,7 +98,7 @@ async def test_frames_split_across_reads_decode(pty: Pty) -> None:
 
 @pytest.mark.asyncio
 async def test_sent_frames_reach_the_autopilot(pty: Pty) -> None:
-    link = SerialTransport.open(pty.device)
+    link = SerialTransport.open(pty.device, 57600)
     receiver, vehicle = (
         MavlinkCodec(system_id=255, component_id=155),
         MavlinkCodec(system_id=1, component_id=1),
@@ -113,7 +113,7 @@ async def test_sent_frames_reach_the_autopilot(pty: Pty) -> None:
 
 @pytest.mark.asyncio
 async def test_device_vanishing_raises_a_link_error(pty: Pty) -> None:
-    link = SerialTransport.open(pty.device)
+    link = SerialTransport.open(pty.device, 57600)
     waiting = asyncio.create_task(link.receive())
     await asyncio.sleep(0.01)
     pty.close_master()  # what a USB unplug looks like to the reader: a hangup
@@ -126,7 +126,7 @@ async def test_device_vanishing_raises_a_link_error(pty: Pty) -> None:
 
 @pytest.mark.asyncio
 async def test_aclose_ends_a_waiting_receive(pty: Pty) -> None:
-    link = SerialTransport.open(pty.device)
+    link = SerialTransport.open(pty.device, 57600)
     waiting = asyncio.create_task(link.receive())
     await asyncio.sleep(0.01)
     await link.aclose()
@@ -147,7 +147,7 @@ async def test_missing_device_says_to_plug_the_autopilot_in() -> None:
 
 @pytest.mark.asyncio
 async def test_device_in_use_is_a_link_error(pty: Pty) -> None:
-    first = SerialTransport.open(pty.device)
+    first = SerialTransport.open(pty.device, 57600)
     with pytest.raises(LinkError, match=f"serial device {pty.device} is in use by another program"):
-        SerialTransport.open(pty.device)
+        SerialTransport.open(pty.device, 57600)
     await first.aclose()

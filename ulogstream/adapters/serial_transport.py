@@ -17,9 +17,6 @@ import serial
 from ulogstream.adapters.transport import DEFAULT_MAX_WRITE_BUFFER, ReadableWaiter
 from ulogstream.errors import LinkError
 
-DEFAULT_BAUD = 57600
-"""Baud rate when the connection string names none (USB CDC devices ignore it)."""
-
 READ_SIZE = 1 << 14
 """Largest chunk one ``receive`` returns."""
 
@@ -73,7 +70,7 @@ class SerialTransport:
     def open(
         cls,
         device: str,
-        baud: int = DEFAULT_BAUD,
+        baud: int,
         *,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
     ) -> SerialTransport:
