@@ -88,6 +88,8 @@ class LinkSettings:
         compid: Our MAVLink component id (never 0; 155 is MAV_COMP_ID_LOG).
         target_sysid: The autopilot's system id; None takes the first HEARTBEAT from compid 1.
         signing_key_file: A file holding the 32-byte MAVLink 2 signing key; None: no signing.
+        hint_after_s: A link without any valid MAVLink message for this long gets one warning
+            saying what is likely wrong (baud rate, port, PX4's MAVLink settings); 0: never.
     """
 
     connection: str = "/dev/pixhawk"
@@ -96,6 +98,7 @@ class LinkSettings:
     compid: int = MAV_COMP_ID_LOG
     target_sysid: int | None = None
     signing_key_file: Path | None = None
+    hint_after_s: float = 5.0
 
     def __post_init__(self) -> None:
         _require(bool(self.connection.strip()), "link.connection", "must not be empty")
@@ -108,6 +111,7 @@ class LinkSettings:
                 f"has port {port!r}, which is not from 1 to 65535",
             )
         _require(self.baud > 0, "link.baud", f"must be > 0, not {self.baud}")
+        _check_non_negative("link.hint_after_s", self.hint_after_s, " s")
         _check_id("link.sysid", self.sysid)
         _check_id("link.compid", self.compid)
         if self.target_sysid is not None:
