@@ -1,13 +1,14 @@
-"""A serial link as the user configures it: the rate the port is set to, and hints when it is wrong.
+"""A link as the user configures it: the rate a serial port is set to, and hints when it is wrong.
 
-The recorder runs as a real process on the slave of a real pseudo-terminal; the test reads the
-rate the port was set to with ``termios`` and plays the device on the master side.
+On serial links the recorder runs as a real process on the slave of a real pseudo-terminal; the
+test reads the rate the port was set to with ``termios`` and plays the device on the master side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import termios
@@ -16,6 +17,11 @@ from typing import TYPE_CHECKING
 import pytest
 from daemon.support import Process, daemon_config
 from e2e.support import PtyPair
+
+from ulogstream.config import LinkSettings, RecordingSettings, Settings
+from ulogstream.daemon import Recorder
+from ulogstream.demo import free_udp_port
+from ulogstream.mavlink_codec import MavlinkCodec
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -124,3 +130,64 @@ async def test_run_opens_the_port_at_the_toml_rate_and_hints_at_a_wrong_one(
     text = daemon.stderr()
     assert text.count("no valid MAVLink") == 1
     assert "nothing arrives" not in text
+
+
+class LineWaiter(logging.Handler):
+    """Sets :attr:`seen` when a log line starting with ``prefix`` is emitted."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.seen = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(self.prefix):
+            self.seen.set()
+
+
+@pytest.mark.asyncio
+async def test_a_silent_udp_link_gets_the_network_hint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="ulogstream")
+    connection = f"udpin:127.0.0.1:{free_udp_port()}"
+    settings = Settings(
+        link=LinkSettings(connection=connection, hint_after_s=float(HINT_AFTER)),
+        recording=RecordingSettings(out_dir=tmp_path, min_free_mb=10),
+    )
+    recorder = Recorder(settings)
+    waiter = LineWaiter(
+        f"nothing arrives on {connection} (wrong address or port? is a PX4 MAVLink instance"
+    )
+    logging.getLogger("ulogstream").addHandler(waiter)
+    running = asyncio.create_task(recorder.run())
+    try:
+        async with asyncio.timeout(10):
+            await waiter.seen.wait()
+    finally:
+        logging.getLogger("ulogstream").removeHandler(waiter)
+        recorder.request_stop()
+        async with asyncio.timeout(10):
+            assert await running == 0
+    assert sum("arrive" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_hints_name_the_likely_cause_and_stay_quiet_once_mavlink_arrives(tmp_path: Path) -> None:
+    key_file = tmp_path / "signing.key"
+    key_file.write_text("ab" * 32)
+    link = LinkSettings(connection="udpin:127.0.0.1:14550", signing_key_file=key_file)
+    recorder = Recorder(Settings(link=link, recording=RecordingSettings(out_dir=tmp_path)))
+    codec = MavlinkCodec(system_id=254, component_id=155, signing_key=bytes.fromhex("ab" * 32))
+    unsigned = MavlinkCodec(system_id=1, component_id=1).encode_heartbeat()
+    codec.decode(unsigned)  # rejected: a key is configured and the frame is not signed
+    assert recorder.link_hint(codec) == (
+        "bytes arrive on udpin:127.0.0.1:14550 but no valid MAVLink (is the signing key PX4's?)"
+    )
+    plain = MavlinkCodec(system_id=254, component_id=155)
+    plain.decode(b"not MAVLink at all")
+    assert recorder.link_hint(plain) == (
+        "bytes arrive on udpin:127.0.0.1:14550 but no valid MAVLink "
+        "(is it another program's port? does the sender speak MAVLink 2?)"
+    )
+    plain.decode(unsigned)
+    assert recorder.link_hint(plain) is None
