@@ -40,7 +40,7 @@ MAX_MAVLINK_ID = 0xFF
 MAX_PORT = 0xFFFF
 
 DEFAULT_BAUD = 921600
-"""Serial rate when neither the connection string nor ``link.baud`` names one: PX4's TELEM2 default.
+"""Serial rate unless the connection string or ``link.baud`` names one: PX4's TELEM2 default.
 
 USB CDC ports (a Pixhawk's USB) run at USB speed whatever the rate.
 """

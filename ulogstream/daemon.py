@@ -732,9 +732,8 @@ class Recorder:
         next_log = started + STATUS_LOG_INTERVAL_S
         last_bytes, last_time = 0, started
         hint_after = self.settings.link.hint_after_s
-        watched: Pipeline | None = (
-            None  # the link checked for valid MAVLink, once, after hint_after
-        )
+        # The open link is checked once, hint_after after it opened, for any valid MAVLink.
+        watched: Pipeline | None = None
         watched_since = started
         while True:
             now = time.monotonic()
