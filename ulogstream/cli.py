@@ -633,7 +633,11 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sysid", type=int, help="our MAVLink system id (default 254)")
     parser.add_argument("--compid", type=int, help="our MAVLink component id (default 155)")
     parser.add_argument("--target-sysid", type=int, help="the autopilot's system id")
-    parser.add_argument("--baud", type=int, help="serial baud rate (USB ignores it)")
+    parser.add_argument(
+        "--baud",
+        type=int,
+        help="serial baud rate unless CONNECTION names one (default 921600; USB ignores it)",
+    )
     parser.add_argument("--signing-key-file", type=Path, help="MAVLink 2 signing key file")
     parser.add_argument(
         "--idle-timeout",
@@ -678,7 +682,7 @@ def _settings(args: argparse.Namespace, *, connection: str | None = None) -> Set
         overrides["recording.out_dir"] = Path("recordings")  # not /var/lib outside systemd
     settings = load_settings(args.config, overrides)
     try:
-        parse_connection(settings.link.connection)
+        parse_connection(settings.link.connection, default_baud=settings.link.baud)
     except ConfigError as err:
         # Name where the string came from, as the other settings' errors do.
         source = COMMAND_LINE if "link.connection" in overrides else args.config

@@ -39,6 +39,12 @@ MQTT_SCHEMES = ("mqtt", "mqtts")
 MAX_MAVLINK_ID = 0xFF
 MAX_PORT = 0xFFFF
 
+DEFAULT_BAUD = 921600
+"""Serial rate unless the connection string or ``link.baud`` names one: PX4's TELEM2 default.
+
+USB CDC ports (a Pixhawk's USB) run at USB speed whatever the rate.
+"""
+
 _TOPIC_FORBIDDEN = re.compile(r"[+#\x00]")
 _LEVEL_FORBIDDEN = re.compile(r"[/+#\x00]")
 _NETWORK_LINK = re.compile(r"^(?:udpin|udpout|udp|tcp):(?P<host>.*):(?P<port>[^:]*)$")
@@ -76,19 +82,23 @@ class LinkSettings:
 
     Attributes:
         connection: A serial device (``/dev/pixhawk``), ``udpin:HOST:PORT`` or ``udpout:HOST:PORT``.
-        baud: Serial baud rate (ignored by USB CDC ports, which run at USB speed).
+        baud: Serial baud rate, unless ``connection`` names one (``/dev/ttyUSB0:57600``); USB CDC
+            ports ignore it (they run at USB speed).
         sysid: Our MAVLink system id.
         compid: Our MAVLink component id (never 0; 155 is MAV_COMP_ID_LOG).
         target_sysid: The autopilot's system id; None takes the first HEARTBEAT from compid 1.
         signing_key_file: A file holding the 32-byte MAVLink 2 signing key; None: no signing.
+        hint_after_s: A link without any valid MAVLink message for this long gets one warning
+            saying what is likely wrong (baud rate, port, PX4's MAVLink settings); 0: never.
     """
 
     connection: str = "/dev/pixhawk"
-    baud: int = 921600
+    baud: int = DEFAULT_BAUD
     sysid: int = 254
     compid: int = MAV_COMP_ID_LOG
     target_sysid: int | None = None
     signing_key_file: Path | None = None
+    hint_after_s: float = 5.0
 
     def __post_init__(self) -> None:
         _require(bool(self.connection.strip()), "link.connection", "must not be empty")
@@ -101,6 +111,7 @@ class LinkSettings:
                 f"has port {port!r}, which is not from 1 to 65535",
             )
         _require(self.baud > 0, "link.baud", f"must be > 0, not {self.baud}")
+        _check_non_negative("link.hint_after_s", self.hint_after_s, " s")
         _check_id("link.sysid", self.sysid)
         _check_id("link.compid", self.compid)
         if self.target_sysid is not None:

@@ -550,7 +550,7 @@ class Recorder:
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
         self.publisher = build_publisher(settings.mqtt)
-        self._spec = parse_connection(settings.link.connection)
+        self._spec = parse_connection(settings.link.connection, default_baud=settings.link.baud)
         key_file = settings.link.signing_key_file
         self._signing_key = None if key_file is None else load_signing_key(key_file)
         self.sink = UlgFileSink.from_settings(settings.recording)
@@ -762,9 +762,20 @@ class Recorder:
         started = time.monotonic()
         next_log = started + STATUS_LOG_INTERVAL_S
         last_bytes, last_time = 0, started
+        hint_after = self.settings.link.hint_after_s
+        # The open link is checked once, hint_after after it opened, for any valid MAVLink.
+        watched: Pipeline | None = None
+        watched_since = started
         while True:
             now = time.monotonic()
             pipeline = self.pipeline
+            if pipeline is not watched:
+                watched, watched_since = pipeline, now
+            elif pipeline is not None and hint_after and now - watched_since >= hint_after:
+                hint = self.link_hint(pipeline.codec)
+                if hint is not None:
+                    logger.warning("%s", hint)
+                watched_since = float("inf")  # one look per link opening
             if pipeline is not None:
                 pipeline.refresh_status()
                 if self.publisher is not None:
@@ -790,6 +801,30 @@ class Recorder:
                 logger.info("status state=%s %s", self.status.state.replace(" ", "_"), fields)
                 next_log = now + STATUS_LOG_INTERVAL_S
             await asyncio.sleep(STATUS_INTERVAL_S)
+
+    def link_hint(self, codec: MavlinkCodec) -> str | None:
+        """What is likely wrong with a link on which ``codec`` found no valid MAVLink yet.
+
+        Returns:
+            One line for the log, or None when a valid MAVLink frame has arrived.
+        """
+        if codec.valid_frames:
+            return None
+        spec = self._spec
+        serial = spec.device is not None
+        if codec.skipped_bytes or codec.buffered or codec.bad_frames:
+            if self._signing_key is not None and codec.bad_frames:
+                why = "is the signing key PX4's?"
+            elif serial:
+                why = "wrong baud rate? try 921600 or 57600, PX4's TELEM2 and TELEM1 defaults"
+            else:
+                why = "is it another program's port? does the sender speak MAVLink 2?"
+            return f"bytes arrive on {spec} but no valid MAVLink ({why})"
+        if serial:
+            why = "wrong port? is PX4's MAV_x_CONFIG set for this port?"
+        else:
+            why = "wrong address or port? is a PX4 MAVLink instance sending to it?"
+        return f"nothing arrives on {spec} ({why})"
 
     def _status_fields(self) -> dict[str, str | int | float | bool | None]:
         status = self.status

@@ -145,6 +145,7 @@ class MavlinkCodec:
             messages outside the common dialect, unknown incompatibility flags).
         foreign_frames: Valid frames addressed to another system or component.
         ignored_frames: Valid frames of messages ulogstream does not use.
+        messages: Messages ``decode`` returned.
     """
 
     def __init__(
@@ -171,6 +172,7 @@ class MavlinkCodec:
         self.skipped_bytes = 0
         self.foreign_frames = 0
         self.ignored_frames = 0
+        self.messages = 0
         self._pending = bytearray()
         self._in_sync = True
         self._mav = mavlink2.MAVLink(None, srcSystem=system_id, srcComponent=component_id)
@@ -185,6 +187,11 @@ class MavlinkCodec:
             signing.timestamp = _signing_timestamp(time.time())
             if accept_unsigned:
                 signing.allow_unsigned_callback = _allow_unsigned
+
+    @property
+    def valid_frames(self) -> int:
+        """Frames that passed every check: returned, addressed to others, or of unused messages."""
+        return self.messages + self.foreign_frames + self.ignored_frames
 
     @property
     def buffered(self) -> int:
@@ -265,6 +272,7 @@ class MavlinkCodec:
             self._pending = bytearray()
         elif buf is not self._pending or pos:
             self._pending = bytearray(buf[pos:])
+        self.messages += len(out)
         return out
 
     def _skip_noise(self, buf: bytes | bytearray, pos: int) -> int:

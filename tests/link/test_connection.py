@@ -18,7 +18,7 @@ ANY = "0.0.0.0"  # noqa: S104 - parsed, never bound
         ("udpin:[::1]:14550", ConnectionSpec(LinkKind.UDP_IN, host="::1", port=14550)),
         ("tcp:127.0.0.1:5760", ConnectionSpec(LinkKind.TCP, host="127.0.0.1", port=5760)),
         ("tcpin:0.0.0.0:5760", ConnectionSpec(LinkKind.TCP_IN, host=ANY, port=5760)),
-        ("/dev/ttyACM0", ConnectionSpec(LinkKind.SERIAL, device="/dev/ttyACM0", baud=57600)),
+        ("/dev/ttyACM0", ConnectionSpec(LinkKind.SERIAL, device="/dev/ttyACM0", baud=921600)),
         (
             "/dev/ttyUSB0:921600",
             ConnectionSpec(LinkKind.SERIAL, device="/dev/ttyUSB0", baud=921600),
@@ -33,7 +33,7 @@ ANY = "0.0.0.0"  # noqa: S104 - parsed, never bound
             ConnectionSpec(
                 LinkKind.SERIAL,
                 device="/dev/serial/by-path/pci-0000:00:14.0-usb-0:2:1.0",
-                baud=57600,
+                baud=921600,
             ),
         ),
         (
@@ -48,6 +48,14 @@ ANY = "0.0.0.0"  # noqa: S104 - parsed, never bound
 )
 def test_valid_connection_strings_parse(text: str, spec: ConnectionSpec) -> None:
     assert parse_connection(text) == spec
+
+
+@pytest.mark.parametrize(
+    ("text", "baud"),
+    [("/dev/ttyUSB0", 57600), ("/dev/ttyUSB0:115200", 115200), ("/dev/ttyUSB0,460800", 460800)],
+)
+def test_the_configured_baud_applies_unless_the_string_names_one(text: str, baud: int) -> None:
+    assert parse_connection(text, default_baud=57600).baud == baud
 
 
 @pytest.mark.parametrize(

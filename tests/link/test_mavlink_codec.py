@@ -201,6 +201,16 @@ def test_garbage_between_frames_is_skipped_and_counted() -> None:
     assert codec.bad_frames == 0
 
 
+def test_valid_frames_count_what_passed_every_check_and_noise_counts_none() -> None:
+    frames, _ = sample_frames(3)
+    codec = receiver()
+    codec.decode(random.Random(1).randbytes(2000))  # noqa: S311 - reproducible test data
+    assert codec.valid_frames == 0
+    assert codec.skipped_bytes + codec.buffered == 2000
+    codec.decode(b"".join(frames))
+    assert codec.valid_frames == codec.messages == 3
+
+
 def test_noise_with_start_bytes_never_hides_the_next_frame() -> None:
     rng = random.Random(5)  # noqa: S311 - reproducible test data
     frames, packets = sample_frames(40)

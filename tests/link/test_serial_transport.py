@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tty
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,6 +16,8 @@ from ulogstream.stream.packets import LoggingAck, LoggingPacket, MavlinkMessage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from ulogstream.adapters.transport import Transport
 
 
 class Pty:
@@ -98,7 +101,7 @@ async def test_frames_split_across_reads_decode(pty: Pty) -> None:
 
 @pytest.mark.asyncio
 async def test_sent_frames_reach_the_autopilot(pty: Pty) -> None:
-    link = SerialTransport.open(pty.device)
+    link = SerialTransport.open(pty.device, 57600)
     receiver, vehicle = (
         MavlinkCodec(system_id=255, component_id=155),
         MavlinkCodec(system_id=1, component_id=1),
@@ -113,7 +116,7 @@ async def test_sent_frames_reach_the_autopilot(pty: Pty) -> None:
 
 @pytest.mark.asyncio
 async def test_device_vanishing_raises_a_link_error(pty: Pty) -> None:
-    link = SerialTransport.open(pty.device)
+    link = SerialTransport.open(pty.device, 57600)
     waiting = asyncio.create_task(link.receive())
     await asyncio.sleep(0.01)
     pty.close_master()  # what a USB unplug looks like to the reader: a hangup
@@ -126,7 +129,7 @@ async def test_device_vanishing_raises_a_link_error(pty: Pty) -> None:
 
 @pytest.mark.asyncio
 async def test_aclose_ends_a_waiting_receive(pty: Pty) -> None:
-    link = SerialTransport.open(pty.device)
+    link = SerialTransport.open(pty.device, 57600)
     waiting = asyncio.create_task(link.receive())
     await asyncio.sleep(0.01)
     await link.aclose()
@@ -147,7 +150,95 @@ async def test_missing_device_says_to_plug_the_autopilot_in() -> None:
 
 @pytest.mark.asyncio
 async def test_device_in_use_is_a_link_error(pty: Pty) -> None:
-    first = SerialTransport.open(pty.device)
+    first = SerialTransport.open(pty.device, 57600)
     with pytest.raises(LinkError, match=f"serial device {pty.device} is in use by another program"):
-        SerialTransport.open(pty.device)
+        SerialTransport.open(pty.device, 57600)
     await first.aclose()
+
+
+def point_symlink(link: Path, target: str) -> None:
+    """Point ``link`` at ``target`` atomically, as udev does with ``/dev/pixhawk``."""
+    staging = link.with_name(link.name + ".new")
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(target)
+    staging.replace(link)
+
+
+async def receive_exactly(link: Transport, size: int) -> bytes:
+    got = b""
+    async with asyncio.timeout(5):
+        while len(got) < size:
+            data = await link.receive()
+            assert data, "link closed early"
+            got += data
+    return got
+
+
+async def receive_exactly_from(first: asyncio.Task[bytes], link: Transport, size: int) -> bytes:
+    """What the pending ``receive`` task ``first`` got, then more until ``size`` bytes."""
+    async with asyncio.timeout(5):
+        got = await first
+    return got + (await receive_exactly(link, size - len(got)) if len(got) < size else b"")
+
+
+@pytest.mark.asyncio
+async def test_a_device_plugged_back_at_the_same_path_is_read(tmp_path: Path) -> None:
+    device = tmp_path / "pixhawk"
+    first = Pty()
+    point_symlink(device, first.device)
+    spec = parse_connection(str(device))
+    link = await open_transport(spec)
+    try:
+        os.write(first.master, b"before the unplug")
+        assert await receive_exactly(link, 17) == b"before the unplug"
+        waiting = asyncio.create_task(link.receive())  # registered with the loop while unplugged
+        await asyncio.sleep(0)  # the task runs until it waits
+        first.close_master()
+        async with asyncio.timeout(5):
+            with pytest.raises(LinkError, match="stopped working"):
+                await waiting
+    finally:
+        await link.aclose()
+        first.close()
+
+    second = Pty()  # plugged back: a new device behind the same path
+    try:
+        point_symlink(device, second.device)
+        # PX4 streams on: bytes are waiting before the recorder opens the device again.
+        os.write(second.master, b"sent while closed")
+        link = await open_transport(spec)
+        try:
+            assert await receive_exactly(link, 17) == b"sent while closed"
+            waiting = asyncio.create_task(link.receive())  # now read through the loop's selector
+            await asyncio.sleep(0)  # the task runs until it waits
+            os.write(second.master, b"after the replug")
+            assert await receive_exactly_from(waiting, link, 16) == b"after the replug"
+        finally:
+            await link.aclose()
+    finally:
+        second.close()
+
+
+def opened_file(fd: int) -> str:
+    """The path descriptor ``fd`` of this process was opened from."""
+    return str(Path(f"/proc/self/fd/{fd}").readlink())
+
+
+@pytest.mark.asyncio
+async def test_a_registration_left_behind_by_other_code_does_not_blind_the_port(pty: Pty) -> None:
+    # Some code watched a descriptor and closed it without telling the loop: the kernel forgot
+    # it, the loop did not. Our port is then opened under the same number.
+    loop = asyncio.get_running_loop()
+    stale, other_end = os.pipe()
+    loop.add_reader(stale, lambda: None)
+    os.close(stale)
+    os.close(other_end)
+    link = await open_transport(parse_connection(pty.device))
+    try:
+        assert opened_file(stale) == pty.device, "the port did not get the same number"
+        waiting = asyncio.create_task(link.receive())
+        await asyncio.sleep(0)  # the task runs until it waits
+        os.write(pty.master, b"still read")
+        assert await receive_exactly_from(waiting, link, 10) == b"still read"
+    finally:
+        await link.aclose()

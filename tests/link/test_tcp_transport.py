@@ -122,3 +122,72 @@ async def test_listening_on_a_port_in_use_is_a_link_error() -> None:
     with pytest.raises(LinkError, match=f"TCP port {port} on 127.0.0.1 is already in use"):
         await open_transport(parse_connection(f"tcpin:127.0.0.1:{port}"))
     await server.aclose()
+
+
+class Vehicle:
+    """A TCP server that greets each client with ``greeting`` and keeps its writer."""
+
+    def __init__(self, greeting: bytes) -> None:
+        self.greeting = greeting
+        self.clients: list[asyncio.StreamWriter] = []
+        self.server: asyncio.Server | None = None
+
+    async def listen(self, port: int) -> int:
+        self.server = await asyncio.start_server(self._accept, "127.0.0.1", port)
+        port_number: int = self.server.sockets[0].getsockname()[1]
+        return port_number
+
+    def _accept(self, _reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(self.greeting)
+        self.clients.append(writer)
+
+    async def close(self) -> None:
+        for writer in self.clients:
+            writer.close()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def receive_exactly(link: Transport, size: int) -> bytes:
+    got = b""
+    async with asyncio.timeout(5):
+        while len(got) < size:
+            data = await link.receive()
+            assert data, "link closed early"
+            got += data
+    return got
+
+
+@pytest.mark.asyncio
+async def test_a_server_that_restarts_on_the_same_port_is_read_after_the_reopen() -> None:
+    first = Vehicle(b"first server")
+    port = await first.listen(0)
+    spec = parse_connection(f"tcp:127.0.0.1:{port}")
+    link = await open_transport(spec)
+    try:
+        assert await receive_exactly(link, 12) == b"first server"
+        waiting = asyncio.create_task(link.receive())
+        await asyncio.sleep(0)  # the task runs until it waits
+        await first.close()
+        async with asyncio.timeout(5):
+            assert await waiting == b""  # the server went away
+    finally:
+        await link.aclose()
+
+    second = Vehicle(b"second server")  # greets at once: data waits before the first read
+    await second.listen(port)
+    try:
+        link = await open_transport(spec)
+        try:
+            assert await receive_exactly(link, 13) == b"second server"
+            waiting = asyncio.create_task(link.receive())
+            await asyncio.sleep(0)
+            second.clients[0].write(b"streaming on")
+            async with asyncio.timeout(5):
+                got = await waiting
+            assert got + await receive_exactly(link, 12 - len(got)) == b"streaming on"
+        finally:
+            await link.aclose()
+    finally:
+        await second.close()

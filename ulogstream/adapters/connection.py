@@ -6,9 +6,10 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from ulogstream.adapters.serial_transport import DEFAULT_BAUD, SerialTransport
+from ulogstream.adapters.serial_transport import SerialTransport
 from ulogstream.adapters.tcp_transport import TcpServerTransport, TcpTransport
 from ulogstream.adapters.udp_transport import UdpTransport
+from ulogstream.config import DEFAULT_BAUD
 from ulogstream.errors import ConfigError
 from ulogstream.mavlink_codec import parse_signing_key
 
@@ -72,21 +73,22 @@ class ConnectionSpec:
         return f"{self.kind}:{host}:{self.port}"
 
 
-def parse_connection(text: str) -> ConnectionSpec:
+def parse_connection(text: str, *, default_baud: int = DEFAULT_BAUD) -> ConnectionSpec:
     """Parse a connection string.
 
     Args:
         text: ``udpin:HOST:PORT``, ``udpout:HOST:PORT``, ``udp:HOST:PORT`` (``udpin``),
             ``tcp:HOST:PORT``, ``tcpin:HOST:PORT``, or a serial device path with an optional
-            baud rate after ``:`` or ``,`` (default 57600). IPv6 hosts go in brackets.
+            baud rate after ``:`` or ``,``. IPv6 hosts go in brackets.
             Port 0 (any free port) is allowed for the listening kinds only.
+        default_baud: The serial rate when ``text`` names none (``link.baud``, ``--baud``).
 
     Raises:
         ConfigError: ``text`` is none of these; the message quotes it and the expected forms.
     """
     stripped = text.strip()
     if stripped.startswith("/"):
-        return _parse_serial(text, stripped)
+        return _parse_serial(text, stripped, default_baud)
     prefix, sep, rest = stripped.partition(":")
     kind = _NETWORK_PREFIXES.get(prefix.lower())
     if not sep or kind is None:
@@ -105,7 +107,7 @@ def parse_connection(text: str) -> ConnectionSpec:
     return ConnectionSpec(kind=kind, host=host, port=port)
 
 
-def _parse_serial(text: str, stripped: str) -> ConnectionSpec:
+def _parse_serial(text: str, stripped: str, default_baud: int) -> ConnectionSpec:
     device, baud_text = stripped, ""
     if "," in stripped:
         device, _, baud_text = stripped.rpartition(",")
@@ -118,7 +120,7 @@ def _parse_serial(text: str, stripped: str) -> ConnectionSpec:
             device, baud_text = head, tail
     if device in {"", "/"} or device.endswith("/") or any(char.isspace() for char in device):
         _fail(text, f"{device!r} is not a device path")
-    baud = _number(text, baud_text, "baud rate") if baud_text else DEFAULT_BAUD
+    baud = _number(text, baud_text, "baud rate") if baud_text else default_baud
     if baud <= 0:
         _fail(text, f"baud rate {baud} must be positive")
     return ConnectionSpec(kind=LinkKind.SERIAL, device=device, baud=baud)

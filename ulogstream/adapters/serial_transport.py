@@ -17,8 +17,17 @@ import serial
 from ulogstream.adapters.transport import DEFAULT_MAX_WRITE_BUFFER, ReadableWaiter
 from ulogstream.errors import LinkError
 
-DEFAULT_BAUD = 57600
-"""Baud rate when the connection string names none (USB CDC devices ignore it)."""
+
+class _Port(serial.Serial):
+    """pyserial's port, less the flush of the input queue at ``open``.
+
+    What the device sent before we opened it (after a USB replug: PX4 streams on) is log data;
+    dropping it would only widen the gap.
+    """
+
+    def _reset_input_buffer(self) -> None:
+        pass
+
 
 READ_SIZE = 1 << 14
 """Largest chunk one ``receive`` returns."""
@@ -59,7 +68,6 @@ class SerialTransport:
         self._outgoing = bytearray()
         self._dropped_sends = 0
         self._closed = False
-        self._readable = ReadableWaiter(self._fd)
         self._burst = 0
         os.set_blocking(self._fd, False)
         # pyserial's timeout=0 sets VMIN=0, with which an empty read returns b"" instead of
@@ -68,12 +76,13 @@ class SerialTransport:
         attributes[6][termios.VMIN] = 1
         attributes[6][termios.VTIME] = 0
         termios.tcsetattr(self._fd, termios.TCSANOW, attributes)
+        self._readable = ReadableWaiter(self._fd)
 
     @classmethod
     def open(
         cls,
         device: str,
-        baud: int = DEFAULT_BAUD,
+        baud: int,
         *,
         max_write_buffer: int = DEFAULT_MAX_WRITE_BUFFER,
     ) -> SerialTransport:
@@ -83,9 +92,7 @@ class SerialTransport:
             LinkError: The device does not exist, is in use, or may not be opened.
         """
         try:
-            port = serial.Serial(
-                port=None, baudrate=baud, timeout=0, write_timeout=0, exclusive=True
-            )
+            port = _Port(port=None, baudrate=baud, timeout=0, write_timeout=0, exclusive=True)
             port.port = device
             port.open()
         except serial.SerialException as err:
@@ -93,7 +100,14 @@ class SerialTransport:
         except ValueError as err:
             msg = f"cannot use serial device {device} at {baud} baud: {err}"
             raise LinkError(msg) from err
-        return cls(port, device=device, baud=baud, max_write_buffer=max_write_buffer)
+        try:
+            return cls(port, device=device, baud=baud, max_write_buffer=max_write_buffer)
+        except (OSError, termios.error) as err:
+            # Gone again between open and set-up (a flaky cable): close it, or its lock stays.
+            port.close()
+            reason = err.args[-1] if err.args else err
+            msg = f"cannot set up serial device {device} ({reason}); was it unplugged?"
+            raise LinkError(msg) from err
 
     @property
     def dropped_sends(self) -> int:
@@ -113,11 +127,13 @@ class SerialTransport:
                 except BlockingIOError:
                     pass
                 except OSError as err:
-                    raise LinkError(self._lost(err.strerror or str(err))) from err
+                    msg = self._lost(err.strerror or str(err))
+                    raise LinkError(msg) from err
                 else:
                     if not data:
                         # Readable with nothing to read: a TTY whose device is gone (hangup).
-                        raise LinkError(self._lost("end of file"))
+                        msg = self._lost("end of file")
+                        raise LinkError(msg)
                     self._burst += 1
                     return data
             # Waiting also lets other tasks run after a burst of back-to-back reads.
@@ -126,6 +142,8 @@ class SerialTransport:
         return b""
 
     def _lost(self, reason: str) -> str:
+        """Close the vanished device at once (its descriptor and lock); what to say about it."""
+        self._close()
         return f"serial device {self._device} stopped working ({reason}); was it unplugged?"
 
     def send(self, data: bytes) -> None:
@@ -164,9 +182,14 @@ class SerialTransport:
 
     async def aclose(self) -> None:
         """Close the port; a waiting ``receive`` returns ``b""``."""
+        self._close()
+
+    def _close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        # The loop forgets the descriptor before it is closed: a device plugged in again gets
+        # the same number, and a registration left behind would keep it from ever being read.
         self._readable.close()
         self._loop.remove_writer(self._fd)
         self._port.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Protocol
 
 DEFAULT_MAX_WRITE_BUFFER = 1 << 16
@@ -52,8 +53,13 @@ class ReadableWaiter:
     The transports read their descriptor directly until it would block, then wait here; this
     costs one event-loop wake-up per burst instead of a protocol callback per chunk.
 
+    Every registration is removed before :meth:`wait` returns, and :meth:`close` must be called
+    before the descriptor is closed. A registration that outlives its descriptor (the loop does
+    not notice the close) would be taken for the next descriptor given the same number, a USB
+    device plugged in again, which would then never be read.
+
     Args:
-        fd: The descriptor (a socket's or a serial port's).
+        fd: The descriptor (a socket's or a serial port's), just opened.
     """
 
     def __init__(self, fd: int) -> None:
@@ -61,6 +67,13 @@ class ReadableWaiter:
         self._loop = asyncio.get_running_loop()
         self._waiting: asyncio.Future[None] | None = None
         self._closed = False
+        # ``fd`` was just opened, so any registration under its number is stale: one left by
+        # code that closed its descriptor without removing it. Drop it, or add_reader would only
+        # update the loop's table and never ask the kernel to watch the new descriptor.
+        with contextlib.suppress(OSError):  # the kernel already forgot the closed descriptor
+            self._loop.remove_reader(fd)
+        with contextlib.suppress(OSError):
+            self._loop.remove_writer(fd)
 
     async def wait(self) -> None:
         """Return once ``fd`` is readable, or at once after :meth:`close`."""

@@ -124,6 +124,7 @@ class UdpTransport:
                 except ConnectionRefusedError:
                     continue  # an ICMP error for an earlier send: UDP is best effort
                 except OSError as err:
+                    self._close()
                     msg = f"{self._name}: socket failed: {err.strerror or err}"
                     raise LinkError(msg) from err
                 else:
@@ -150,10 +151,13 @@ class UdpTransport:
 
     async def aclose(self) -> None:
         """Close the socket; a waiting ``receive`` returns ``b""``. Closing twice is allowed."""
+        self._close()
+
+    def _close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._readable.close()
+        self._readable.close()  # the loop forgets the descriptor before it is closed
         self._sock.close()
 
     def describe(self) -> str:
