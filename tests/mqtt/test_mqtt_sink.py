@@ -128,10 +128,10 @@ async def subscriber(broker: Broker, topic: str = "#") -> AsyncIterator[Collecto
 
 
 @contextlib.asynccontextmanager
-async def running(sink: MqttSink) -> AsyncIterator[MqttSink]:
+async def running(sink: MqttSink) -> AsyncIterator[asyncio.Task[None]]:
     task = asyncio.create_task(sink.run())
     try:
-        yield sink
+        yield task
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -482,6 +482,85 @@ async def test_a_wrong_password_is_reported_not_raised(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def log_with_a_parameter_named_with_a_wildcard() -> bytes:
+    writer = ULogWriter(timestamp_us=HEADER_US)
+    writer.flag_bits()
+    writer.format("fast:uint64_t timestamp;double a;bool ok;uint16_t[2] c;")
+    writer.info("char", "sys_name", "PX4")
+    writer.parameter("MC_ROLL_P", 6.5)
+    writer.parameter("BAD#NAME", 1.0)
+    writer.parameter("MC_PITCH_P", 6.0)
+    fast = writer.add_logged_message("fast", 0)
+    for i in range(ROWS):
+        writer.data(fast, struct.pack("<Qd?2H", HEADER_US + i * 10_000, i / 7, True, i, i))  # noqa: FBT003
+    return writer.getvalue()
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio
+async def test_a_parameter_named_with_a_wildcard_is_skipped_and_the_rest_is_published(
+    mosquitto: Broker,
+) -> None:
+    policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
+    sink = sink_for(mosquitto)
+    wanted = {
+        "ulogstream/v1/meta/info",
+        "ulogstream/v1/params",
+        "ulogstream/v1/param/MC_ROLL_P",
+        "ulogstream/v1/param/MC_PITCH_P",
+        "ulogstream/v1/schema/fast",
+    }
+    async with subscriber(mosquitto, "ulogstream/v1/#") as collector, running(sink):
+        sink.offer_all(policy.log_started(wall_time=1.7e9, now=0.0))
+        for event in parse_in_packets(log_with_a_parameter_named_with_a_wildcard()):
+            sink.offer_all(policy.select(event, 0.0))
+        sink.offer_all(policy.flush_due(10.0))  # the status with the counter
+        await collector.wait_until(
+            lambda got: (
+                wanted <= {m.topic for m in got}
+                and len([m for m in got if "/json/" in m.topic]) == ROWS
+                and any(b'"skipped_topics":1' in m.payload for m in got)
+            )
+        )
+        assert sink.connected
+    assert policy.skipped_topics == 1
+    assert (sink.unpublishable, sink.dropped, sink.reconnects) == (0, 0, 0)
+    assert not any("BAD" in m.topic for m in collector.messages)
+    [params] = collector.on("ulogstream/v1/params")
+    assert strict_json(params.payload) == {"MC_ROLL_P": 6.5, "BAD#NAME": 1.0, "MC_PITCH_P": 6.0}
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio
+async def test_a_message_no_broker_takes_is_dropped_and_counted_and_the_sink_goes_on(
+    mosquitto: Broker,
+) -> None:
+    sink = sink_for(mosquitto)
+    bad = [
+        MqttMessage("t/#", b"wildcard"),
+        MqttMessage("t/+/x", b"wildcard"),
+        MqttMessage("t/nul\0", b"nul", retain=True),
+        MqttMessage("t/bell\x07", b"control character"),  # mosquitto would disconnect us
+        MqttMessage("", b"empty"),
+        MqttMessage("t/qos", b"paho refuses QoS 3 at publish time", qos=3, retain=True),
+    ]
+    async with subscriber(mosquitto, "t/#") as collector, running(sink) as task:
+        sink.offer(MqttMessage("t/first", b"1"))
+        await collector.wait_until(lambda got: len(got) == 1)
+        for message in bad:
+            sink.offer(message)
+        sink.offer(MqttMessage("t/last", b"2", retain=True))
+        await collector.wait_until(lambda got: len(got) == 2)
+        async with asyncio.timeout(WAIT):
+            await sink.wait_drained()
+        assert sink.connected
+        assert not task.done()
+    assert [m.topic for m in collector.messages] == ["t/first", "t/last"]
+    assert sink.unpublishable == len(bad)
+    assert (sink.published, sink.reconnects) == (2, 0)
+    assert "t/qos" not in sink._retained  # not re-sent after a reconnect
 
 
 # -- no broker needed ------------------------------------------------------------------------

@@ -5,6 +5,9 @@ oldest message when full (and counts it); retained messages are kept per topic i
 dropped, and published again after every reconnect so late subscribers always see the latest
 metadata. :meth:`MqttSink.run` connects, drains, and reconnects with exponential backoff, since
 aiomqtt 2.x does not reconnect by itself.
+
+A message the broker cannot take (a topic with a wildcard or a control character, a payload over
+the MQTT limit) is dropped and counted in :attr:`MqttSink.unpublishable`; it never ends the sink.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from ulogstream.errors import ConfigError
+from ulogstream.publish import valid_topic
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -210,6 +214,8 @@ class MqttSink:
         """Messages handed to the broker."""
         self.dropped = 0
         """Sample messages dropped because the outbox was full (broker slow or away)."""
+        self.unpublishable = 0
+        """Messages dropped because no broker would take them (bad topic, payload too large)."""
         self.reconnects = 0
         """Connections made after the first one."""
         self.connected = False
@@ -224,8 +230,14 @@ class MqttSink:
     def offer(self, message: MqttMessage) -> None:
         """Queue ``message`` without waiting; when the outbox is full the oldest is dropped.
 
-        Retained messages are kept per topic (the newest wins) and are never dropped.
+        Retained messages are kept per topic (the newest wins) and are never dropped. A message
+        whose topic no broker takes is dropped and counted in :attr:`unpublishable`: sent, it
+        would make paho raise or the broker disconnect (and a retained one would be re-sent after
+        every reconnect).
         """
+        if not valid_topic(message.topic):
+            self._refuse(message, "the topic is not a valid MQTT topic name")
+            return
         if message.retain:
             self._retained[message.topic] = message
             self._pending_retained.pop(message.topic, None)
@@ -350,12 +362,32 @@ class MqttSink:
                     retain=message.retain,
                     properties=self._properties_for(message),
                 )
+            except ValueError as err:  # paho refuses this message (and only this one)
+                self._forget_retained(message)
+                self._refuse(message, _describe(err))
+                continue
             except BaseException:  # lost connection or cancelled by the watcher: not sent
                 self._requeue(message)
                 raise
             finally:
                 self._busy = False
             self.published += 1
+
+    def _refuse(self, message: MqttMessage, reason: str) -> None:
+        self.unpublishable += 1
+        count = self.unpublishable
+        if count & (count - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...: visible, never a flood
+            logger.warning(
+                "MQTT message on %r dropped: %s (%d unpublishable so far)",
+                message.topic,
+                reason,
+                count,
+            )
+
+    def _forget_retained(self, message: MqttMessage) -> None:
+        """Stop re-sending ``message`` after reconnects (a newer one on its topic stays)."""
+        if message.retain and self._retained.get(message.topic) is message:
+            del self._retained[message.topic]
 
     def _requeue(self, message: MqttMessage) -> None:
         """Put back a message the broker did not take (retained ones are re-sent anyway)."""
