@@ -520,14 +520,6 @@ async def record(
     return Session(recorder, summary, exit_code, delivered)
 
 
-async def wait_for(condition: Callable[[], bool], limit_s: float, what: str) -> None:
-    """Poll ``condition`` every 10 ms until it holds; fail naming ``what`` after ``limit_s``."""
-    async with asyncio.timeout(limit_s):
-        while not condition():  # noqa: ASYNC110 (the condition is other code's state, not an event)
-            await asyncio.sleep(0.01)
-    assert condition(), what
-
-
 def files(root: Path, pattern: str) -> list[Path]:
     """Files under ``root`` matching ``pattern`` at any depth (sorted)."""
     return sorted(root.rglob(pattern))

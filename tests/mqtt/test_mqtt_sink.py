@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import aiomqtt
 import numpy as np
 import pytest
+from waiting import eventually
 
 from ulogstream.adapters.mqtt_sink import (
     BrokerAddress,
@@ -68,13 +69,9 @@ class Collector:
     """Messages a test subscriber received, in arrival order."""
 
     messages: list[Received] = field(default_factory=list)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def wait_until(self, done: Callable[[list[Received]], bool], limit: float = WAIT) -> None:
-        async with asyncio.timeout(limit):
-            while not done(self.messages):
-                self.arrived.clear()
-                await self.arrived.wait()
+        await eventually(lambda: done(self.messages), limit=limit, what="messages not received")
 
     def on(self, topic: str) -> list[Received]:
         return [m for m in self.messages if m.topic == topic]
@@ -116,7 +113,6 @@ async def subscriber(broker: Broker, topic: str = "#") -> AsyncIterator[Collecto
                         list(getattr(properties, "UserProperty", [])),
                     )
                 )
-                collector.arrived.set()
 
         task = asyncio.create_task(collect())
         try:
@@ -136,12 +132,6 @@ async def running(sink: MqttSink) -> AsyncIterator[asyncio.Task[None]]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-async def wait_for(condition: Callable[[], bool], limit: float = WAIT) -> None:
-    async with asyncio.timeout(limit):
-        while not condition():  # noqa: ASYNC110  # polls the sink's plain counters
-            await asyncio.sleep(0.02)
 
 
 def sink_for(broker: Broker, **settings: object) -> MqttSink:
@@ -232,13 +222,19 @@ async def test_every_sample_arrives_once_in_order_with_the_parsers_values(
     total = sum(len(v) for v in expected.values())
     policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
     sink = sink_for(mosquitto)
+    end = MqttMessage("ulogstream/v1/json/end/0", b"{}")
     async with subscriber(mosquitto, "ulogstream/v1/json/#") as collector, running(sink):
         sink.offer_all(policy.log_started(wall_time=1.7e9, now=0.0))
         for event in events:
             sink.offer_all(policy.select(event, 0.0))
-        await collector.wait_until(lambda got: len(got) >= total)
-        await asyncio.sleep(0.2)  # duplicates would show up now
+        # The sink sends in order on one connection and mosquitto keeps that order: once the
+        # marker offered last is in, every sample (and any duplicate of one) arrived before it.
+        sink.offer(end)
+        await collector.wait_until(lambda got: any(m.topic == end.topic for m in got))
 
+    assert collector.messages[-1].topic == end.topic
+    del collector.messages[-1]
+    assert len(collector.messages) == total
     assert sink.dropped == 0
     assert {m.content_type for m in collector.messages} == {"application/json"}
     received: dict[str, list[dict[str, object]]] = {}
@@ -341,16 +337,16 @@ async def test_a_restarted_broker_gets_retained_topics_again_and_drops_are_count
     status = MqttMessage("ulogstream/v1/meta/status", b'{"online":true}', retain=True)
     async with running(sink):
         sink.offer(status)
-        await wait_for(lambda: sink.published == 1)
+        await eventually(lambda: sink.published == 1)
         mosquitto.stop()
-        await wait_for(lambda: not sink.connected)
+        await eventually(lambda: not sink.connected)
         for i in range(100):
             sink.offer(MqttMessage("ulogstream/v1/json/x/0", str(i).encode()))
         assert sink.dropped == 80
         assert sink.last_error is not None
         mosquitto.start()
         async with subscriber(mosquitto, "ulogstream/v1/#") as collector:
-            await wait_for(lambda: sink.connected)
+            await eventually(lambda: sink.connected)
             assert sink.reconnects == 1
             sink.offer(MqttMessage("ulogstream/v1/json/x/0", b"after"))
             await collector.wait_until(
@@ -418,7 +414,7 @@ async def test_tls_without_the_ca_fails_with_a_reason_and_keeps_retrying(
 ) -> None:
     sink = MqttSink(MqttSinkSettings(url=mosquitto_tls.url, backoff_initial=0.05))
     async with running(sink):
-        await wait_for(lambda: sink.last_error is not None)
+        await eventually(lambda: sink.last_error is not None)
         assert not sink.connected
         assert "certificate" in (sink.last_error or "").lower()
     gc.collect()
@@ -473,7 +469,7 @@ async def test_a_wrong_password_is_reported_not_raised(
     )
     task = asyncio.create_task(sink.run())
     try:
-        await wait_for(lambda: sink.last_error is not None)
+        await eventually(lambda: sink.last_error is not None)
         await asyncio.sleep(0.2)
         assert not task.done()  # still retrying, not crashed
         assert not sink.connected
