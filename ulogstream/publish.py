@@ -50,6 +50,7 @@ from ulogstream.ulog.events import (
     ULogEvent,
     Unsubscription,
 )
+from ulogstream.ulog.gps_time import GPS_UTC_TOPICS, first_gps_fix
 from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES, log_level_name
 
 if TYPE_CHECKING:
@@ -64,14 +65,6 @@ DEFAULT_RATE_HZ = 10.0
 JSON_CONTENT_TYPE = "application/json"
 MSGPACK_CONTENT_TYPE = "application/msgpack"
 RAW_CONTENT_TYPE = "application/octet-stream"
-
-GPS_TOPICS = frozenset({"vehicle_gps_position", "sensor_gps"})
-"""Topics whose ``time_utc_usec`` field maps vehicle time to UTC."""
-
-GPS_TIME_FIELD = "time_utc_usec"
-
-_MIN_PLAUSIBLE_UTC_US = 1_262_304_000_000_000
-"""2010-01-01 in microseconds: a GPS time before that is a receiver without a fix."""
 
 MAX_TOPIC_BYTES = 0xFFFF
 """Longest topic name MQTT can carry (a two-byte UTF-8 length)."""
@@ -633,7 +626,7 @@ class PublishPolicy:
         if inst is None or len(event.rows) == 0:
             self.skipped_samples += len(event.rows)
             return []
-        if self._time_source != "gps" and inst.name in GPS_TOPICS:
+        if self._time_source != "gps" and inst.name in GPS_UTC_TOPICS:
             self._gps_anchor(event)
         period = inst.period
         if period == 0.0:
@@ -716,16 +709,11 @@ class PublishPolicy:
             self._set_time_source("receiver")
 
     def _gps_anchor(self, event: DataRows) -> None:
-        names = event.rows.dtype.names or ()
-        if GPS_TIME_FIELD not in names:
-            return
-        utc: list[int] = event.rows[GPS_TIME_FIELD].tolist()
-        stamps: list[int] = event.timestamps_us.tolist()
-        for utc_us, stamp_us in zip(utc, stamps, strict=True):
-            if utc_us >= _MIN_PLAUSIBLE_UTC_US:
-                self._offset_s = (utc_us - stamp_us) / 1e6
-                self._set_time_source("gps")
-                return
+        fix = first_gps_fix(event.rows, event.timestamps_us)
+        if fix is not None:
+            utc_us, stamp_us = fix
+            self._offset_s = (utc_us - stamp_us) / 1e6
+            self._set_time_source("gps")
 
     def _set_time_source(self, source: str) -> None:
         self._time_source = source

@@ -16,7 +16,6 @@ from ulogstream.export.rostypes import (
     RowConverter,
     WallClock,
     format_dtype,
-    gps_fix_of,
     nested_closure,
     new_typestore,
     register_format,
@@ -207,18 +206,6 @@ def test_wall_clock_comes_from_the_gps_fix_else_boot_time() -> None:
 def test_wall_clock_clamps_stamps_to_what_ros_time_can_hold() -> None:
     assert WallClock(-100, "given").to_ns(42) == 0
     assert WallClock(0, "boot").to_ns(2**63) == (2**31 - 1) * 10**9
-
-
-def test_gps_fix_is_the_first_row_with_a_utc_time_after_2000() -> None:
-    rows = np.array(
-        [(1, 0), (2, 315_964_800_000_000), (3, 1_600_000_000_000_000), (4, 1_600_000_001_000_000)],
-        dtype=[("timestamp", "<u8"), ("time_utc_usec", "<u8")],
-    )
-    timestamps = rows["timestamp"].astype(np.uint64)
-    assert gps_fix_of(rows, timestamps) == (1_600_000_000_000_000, 3)
-    assert gps_fix_of(rows[:2], timestamps[:2]) is None
-    no_field = np.zeros(2, dtype=[("timestamp", "<u8")])
-    assert gps_fix_of(no_field, timestamps[:2]) is None
 
 
 @pytest.mark.parametrize(

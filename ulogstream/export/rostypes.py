@@ -34,6 +34,7 @@ from ulogstream.ulog.events import (
     Truncated,
     ULogEvent,
 )
+from ulogstream.ulog.gps_time import GPS_UTC_TOPICS, first_gps_fix
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.spec import PADDING_PREFIX, TYPE_SIZES
 
@@ -402,16 +403,8 @@ def ros_log_level(level: int, version: RosVersion) -> int:
     return ROS2_LOG_LEVELS.get(level, 20)
 
 
-GPS_UTC_TOPICS: Final = ("vehicle_gps_position", "sensor_gps")
-"""Topics whose ``time_utc_usec`` (with their ``timestamp``) ties boot time to UTC."""
-
-GPS_UTC_FIELD: Final = "time_utc_usec"
-
 MAX_TIME_US: Final = (2**31 - 1) * 1_000_000
 """Latest stamp written (2038-01-19): ``builtin_interfaces/Time.sec`` is an int32 in ROS 2."""
-
-MIN_PLAUSIBLE_UTC_US: Final = 946_684_800_000_000
-"""2000-01-01 in microseconds: receivers without a fix report 0 or a date near 1980."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +436,8 @@ def wall_clock(gps_fix: tuple[int, int] | None) -> WallClock:
 
     Args:
         gps_fix: ``(time_utc_usec, timestamp_us)`` of the first GPS sample with a plausible
-            UTC time (see :func:`gps_fix_of`), or None when the log has none.
+            UTC time (see :func:`~ulogstream.ulog.gps_time.first_gps_fix`), or None when the
+            log has none.
 
     Returns:
         ``offset_us = time_utc_usec - timestamp_us`` from the fix, else an offset of 0.
@@ -452,20 +446,6 @@ def wall_clock(gps_fix: tuple[int, int] | None) -> WallClock:
         return WallClock(0, "boot")
     utc_us, timestamp_us = gps_fix
     return WallClock(utc_us - timestamp_us, "gps")
-
-
-def gps_fix_of(
-    rows: npt.NDArray[np.void], timestamps_us: npt.NDArray[np.uint64]
-) -> tuple[int, int] | None:
-    """The first ``(time_utc_usec, timestamp_us)`` of GPS rows with a UTC time after 2000."""
-    if rows.dtype.names is None or GPS_UTC_FIELD not in rows.dtype.names:
-        return None
-    utc = rows[GPS_UTC_FIELD].astype(np.uint64)
-    valid = np.flatnonzero(utc >= MIN_PLAUSIBLE_UTC_US)
-    if valid.size == 0:
-        return None
-    first = int(valid[0])
-    return int(utc[first]), int(timestamps_us[first])
 
 
 Progress = Callable[[int, int], None]
@@ -579,7 +559,7 @@ def scan_wall_clock(src: Path, *, chunk_size: int = CHUNK_SIZE) -> WallClock:
     for events, _, _ in read_events(src, chunk_size=chunk_size):
         for event in events:
             if isinstance(event, DataRows) and event.subscription.name in GPS_UTC_TOPICS:
-                fix = gps_fix_of(event.rows, event.timestamps_us)
+                fix = first_gps_fix(event.rows, event.timestamps_us)
                 if fix is not None:
                     return wall_clock(fix)
     return wall_clock(None)
