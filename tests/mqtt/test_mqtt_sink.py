@@ -23,12 +23,8 @@ import numpy as np
 import pytest
 from waiting import eventually
 
-from ulogstream.adapters.mqtt_sink import (
-    BrokerAddress,
-    MqttSink,
-    MqttSinkSettings,
-    parse_mqtt_url,
-)
+from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
+from ulogstream.config import BrokerAddress, MqttSettings, SettingError
 from ulogstream.errors import ConfigError
 from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
 from ulogstream.ulog.events import DataRows, ULogEvent
@@ -441,15 +437,26 @@ async def test_password_from_a_file_and_from_the_environment(
             protocol=4,
         )
     )
+    # read once at start-up by the settings (config.mqtt_password) and handed over
+    given = MqttSink(
+        MqttSinkSettings(
+            url=mosquitto_auth.url,
+            username=mosquitto_auth.username,
+            password=mosquitto_auth.password,
+        )
+    )
+    assert str(mosquitto_auth.password) not in repr(given.settings)
     async with (
         subscriber(mosquitto_auth, "p/#") as collector,
         running(from_file),
         running(from_env),
+        running(given),
     ):
         from_file.offer(MqttMessage("p/file", b"1"))
         from_env.offer(MqttMessage("p/env", b"2"))
-        await collector.wait_until(lambda got: len(got) == 2)
-    assert sorted(m.topic for m in collector.messages) == ["p/env", "p/file"]
+        given.offer(MqttMessage("p/given", b"3"))
+        await collector.wait_until(lambda got: len(got) == 3)
+    assert sorted(m.topic for m in collector.messages) == ["p/env", "p/file", "p/given"]
 
 
 @pytest.mark.broker
@@ -562,36 +569,20 @@ async def test_a_message_no_broker_takes_is_dropped_and_counted_and_the_sink_goe
 # -- no broker needed ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("url", "address"),
-    [
-        ("mqtt://localhost", BrokerAddress("localhost", 1883, tls=False)),
-        ("mqtts://broker.example:8884", BrokerAddress("broker.example", 8884, tls=True)),
-        ("mqtt://[::1]:1999/", BrokerAddress("::1", 1999, tls=False)),
-    ],
-)
-def test_broker_urls_are_parsed(url: str, address: BrokerAddress) -> None:
-    assert parse_mqtt_url(url) == address
-
-
-@pytest.mark.parametrize(
-    ("url", "match"),
-    [
-        ("tcp://host", "must start with mqtt:// or mqtts://"),
-        ("host:1883", "must start with mqtt:// or mqtts://"),
-        ("mqtt://", "names no host"),
-        ("mqtt://host:99999", "malformed"),
-        ("mqtt://user:pw@host", "must not carry credentials"),
-        ("mqtt://host/topic", "only scheme, host and port"),
-    ],
-)
-def test_bad_broker_urls_are_refused_with_a_reason(url: str, match: str) -> None:
-    with pytest.raises(ConfigError, match=match):
-        parse_mqtt_url(url)
+def test_the_sink_reads_its_url_with_the_settings_parser() -> None:
+    assert MqttSink(MqttSinkSettings(url="mqtts://[::1]")).address == BrokerAddress(
+        "::1", 8883, tls=True
+    )
+    # mqtt://user@host passed the settings but failed the sink when each had its own parser
+    problem = "mqtt.url must not contain a user name or password"
+    with pytest.raises(SettingError, match=problem):
+        MqttSettings(url="mqtt://user@host")
+    with pytest.raises(ConfigError, match=problem):
+        MqttSink(MqttSinkSettings(url="mqtt://user@host"))
 
 
 def test_password_settings_are_checked(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read the MQTT password file"):
+    with pytest.raises(ConfigError, match=r"mqtt.password_file .* cannot be read"):
         MqttSink(MqttSinkSettings(url="mqtt://h", username="u", password_file=tmp_path / "none"))
     with pytest.raises(ConfigError, match="ULOGSTREAM_UNSET_VARIABLE"):
         MqttSink(
@@ -604,6 +595,11 @@ def test_password_settings_are_checked(tmp_path: Path) -> None:
     (tmp_path / "pw").write_text("x")
     with pytest.raises(ConfigError, match="without a username"):
         MqttSink(MqttSinkSettings(url="mqtt://h", password_file=tmp_path / "pw"))
+    pw = tmp_path / "pw"
+    with pytest.raises(ConfigError, match="choose one"):
+        MqttSink(MqttSinkSettings(url="mqtt://h", username="u", password_file=pw, password_env="A"))  # noqa: S106  # a variable name
+    with pytest.raises(ConfigError, match="together with a password file"):
+        MqttSink(MqttSinkSettings(url="mqtt://h", username="u", password_file=pw, password="x"))  # noqa: S106  # a test value
     with pytest.raises(ConfigError, match="CA, certificate or key"):
         MqttSink(MqttSinkSettings(url="mqtts://h", ca_file=tmp_path / "missing.crt"))
 
