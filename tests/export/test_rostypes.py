@@ -15,7 +15,6 @@ from ulogstream.export.rostypes import (
     RosVersion,
     RowConverter,
     WallClock,
-    format_dtype,
     nested_closure,
     new_typestore,
     register_format,
@@ -110,22 +109,6 @@ def test_full_definition_holds_nested_types_once() -> None:
     assert definition == (
         "px4_ulog/Inner a\npx4_ulog/Inner[2] b\n" + "=" * 80 + "\nMSG: px4_ulog/Inner\nfloat32 x\n"
     )
-
-
-def test_format_dtype_mirrors_the_parsers_flat_layout() -> None:
-    formats = formats_of(
-        "outer:uint64_t timestamp;inner[2] in;char[3] s;uint8_t _padding0;int16_t[2] v;"
-        "uint8_t[3] _padding1;",
-        "inner:uint16_t a;uint8_t[2] _padding0;float b;",
-    )
-    nested = format_dtype("outer", formats)
-    flat = compile_format("outer", formats).dtype
-    assert nested.itemsize == flat.itemsize == 8 + 16 + 3 + 1 + 4 + 3
-    assert nested.names == ("timestamp", "in", "s", "v")
-    assert nested.fields is not None
-    assert flat.fields is not None
-    assert nested.fields["v"][1] == flat.fields["v[0]"][1]
-    assert nested.fields["s"][1] == flat.fields["s"][1]
 
 
 def pack_outer(timestamp: int, values: tuple[int, float, int, float], text: bytes) -> bytes:

@@ -20,7 +20,7 @@ import numpy as np
 from rosbags.typesys import Stores, TypesysError, get_types_from_msg, get_typestore
 
 from ulogstream.errors import ULogFormatError, UlogstreamError
-from ulogstream.ulog.dtypes import NUMPY_TYPES
+from ulogstream.ulog.dtypes import nested_dtype
 from ulogstream.ulog.events import (
     Corruption,
     DataRows,
@@ -81,9 +81,6 @@ ROS_BASE_TYPES: Final[dict[str, str]] = {
     "char": "uint8",  # a lone char is a byte; char[N] is a string (see _ros_field)
 }
 """ULog basic types and the ROS types they become."""
-
-_NUMPY_TYPES: Final[dict[str, str]] = {**NUMPY_TYPES, "char": "u1"}
-"""ULog basic types as numpy types; a lone char is a byte (ROS char/uint8)."""
 
 _ROS_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _TYPE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
@@ -209,50 +206,6 @@ def register_format(store: Typestore, name: str, formats: Mapping[str, FormatDef
     return typename
 
 
-def format_dtype(name: str, formats: Mapping[str, FormatDefined]) -> np.dtype[np.void]:
-    """The packed structured dtype of format ``name``, nested as the format is, padding skipped.
-
-    Nested formats become nested structured fields and arrays subarrays, so one row viewed with
-    this dtype holds exactly the tree the ROS message has. ``itemsize`` is the full packed size
-    (padding included) and must equal that of the flat dtype the parser decodes rows with.
-
-    Raises:
-        UlogstreamError: A nested format is missing or nests itself.
-    """
-    nested_closure(name, formats)  # validates before recursing
-    return _format_dtype(name, formats)
-
-
-def _format_dtype(name: str, formats: Mapping[str, FormatDefined]) -> np.dtype[np.void]:
-    names: list[str] = []
-    types: list[object] = []
-    offsets: list[int] = []
-    offset = 0
-    for field in formats[name].fields:
-        base: np.dtype[np.generic[object]]
-        whole: object
-        if field.type_name == "char" and field.array_length is not None:
-            base = np.dtype(f"S{field.array_length}")
-            whole = base
-            size = field.array_length
-        else:
-            if field.type_name in _NUMPY_TYPES:
-                base = np.dtype(_NUMPY_TYPES[field.type_name])
-            else:
-                base = _format_dtype(field.type_name, formats)
-            count = 1 if field.array_length is None else field.array_length
-            whole = base if field.array_length is None else (base, (count,))
-            size = base.itemsize * count
-        if not is_padding(field):
-            names.append(field.name)
-            types.append(whole)
-            offsets.append(offset)
-        offset += size
-    spec = {"names": names, "formats": types, "offsets": offsets, "itemsize": offset}
-    dtype: np.dtype[np.void] = np.dtype(spec)  # type: ignore[call-overload]
-    return dtype
-
-
 def text_of(raw: bytes) -> str:
     """A ``char[N]`` value as a ROS string: cut at the first NUL, invalid UTF-8 replaced."""
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -362,8 +315,8 @@ class RowConverter:
     ) -> None:
         self.typename = register_format(store, format_name, formats)
         """The ROS type name (``px4_ulog/msg/...``)."""
-        self.dtype = format_dtype(format_name, formats)
-        """The nested view of a row (see :func:`format_dtype`)."""
+        self.dtype = nested_dtype(format_name, formats)
+        """The nested view of a row (see :func:`~ulogstream.ulog.dtypes.nested_dtype`)."""
         if self.dtype.itemsize != itemsize:
             msg = (
                 f"rows of ULog format {format_name!r} are {itemsize} bytes, "
