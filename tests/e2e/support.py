@@ -29,9 +29,9 @@ from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.sim.runner import SimSummary, run_vehicle
 from ulogstream.sim.vehicle import (
     DeliveredPacket,
+    LogStreamEnded,
     SendLoggingData,
     SimVehicle,
-    StreamEnded,
     VehicleConfig,
     VehicleOutput,
 )
@@ -176,7 +176,7 @@ def vehicle_packets(log: bytes, *, synthesize_perf: bool = False) -> list[Loggin
                 packets.append(packet)
                 if packet.needs_ack:
                     pending.extend(vehicle.receive(_ack(packet.sequence), now))
-            elif isinstance(output, StreamEnded):
+            elif isinstance(output, LogStreamEnded):
                 return packets
         if vehicle.waiting_for_stop and not stopping:
             stopping = True
