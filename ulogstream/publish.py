@@ -137,10 +137,16 @@ class PublishSettings:
 
     def __post_init__(self) -> None:
         """Reject settings that would build invalid topics or rates."""
-        for name, level in (("root", self.root), ("vehicle_id", self.vehicle_id)):
-            if not valid_topic_level(level):
-                msg = f"MQTT {name} {level!r} must be non-empty without '/', '+', '#' or NUL"
-                raise ConfigError(msg)
+        # The root may have levels of its own (config.MqttSettings allows "site/fleet").
+        if not all(valid_topic_level(level) for level in self.root.split("/")):
+            msg = f"MQTT root {self.root!r} must be non-empty levels without '+', '#' or NUL"
+            raise ConfigError(msg)
+        if not valid_topic_level(self.vehicle_id):
+            msg = (
+                f"MQTT vehicle_id {self.vehicle_id!r} must be non-empty without '/', '+', '#' "
+                "or NUL"
+            )
+            raise ConfigError(msg)
         rates = {"rate_hz": self.rate_hz, **self.topic_rates}
         for name, rate in rates.items():
             if not (rate >= 0 and math.isfinite(rate)):

@@ -10,6 +10,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from ulogstream.config import MqttSettings
 from ulogstream.errors import ConfigError
 from ulogstream.publish import (
     MqttMessage,
@@ -371,6 +372,8 @@ def test_status_counts_dropouts_but_is_published_at_most_once_per_interval() -> 
         ({"vehicle_id": "a/b"}, "vehicle_id"),
         ({"vehicle_id": ""}, "vehicle_id"),
         ({"vehicle_id": "v", "root": "x+"}, "root"),
+        ({"vehicle_id": "v", "root": "a//b"}, "root"),
+        ({"vehicle_id": "v", "root": "a/"}, "root"),
         ({"vehicle_id": "v", "rate_hz": -1.0}, "rate_hz"),
         ({"vehicle_id": "v", "topic_rates": {"x": math.nan}}, "'x'"),
         ({"vehicle_id": "v", "qos": 3}, "qos"),
@@ -430,3 +433,9 @@ def test_a_parameter_or_topic_named_with_a_wildcard_is_skipped_and_counted() -> 
     # the object of all parameters is a JSON payload: any name may be a key there
     [params] = by_topic(flushed, "ulogstream/v1/params")
     assert strict_json(params.payload)["BAD#NAME"] == 2.0
+
+
+def test_the_root_may_have_levels_as_the_settings_allow() -> None:
+    mqtt = MqttSettings(url="mqtt://h", root="site/fleet", vehicle_id="v1")
+    policy = PublishPolicy(PublishSettings(vehicle_id="v1", root=mqtt.root))
+    assert policy.status_topic == "site/fleet/v1/meta/status"
