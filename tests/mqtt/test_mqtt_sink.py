@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import aiomqtt
 import numpy as np
 import pytest
-from waiting import eventually
+from waiting import eventually, holds_for
 
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.config import BrokerAddress, MqttSettings, SettingError
@@ -477,8 +477,8 @@ async def test_a_wrong_password_is_reported_not_raised(
     task = asyncio.create_task(sink.run())
     try:
         await eventually(lambda: sink.last_error is not None)
-        await asyncio.sleep(0.2)
-        assert not task.done()  # still retrying, not crashed
+        # several backoff periods (0.05 s, doubling): still retrying, not crashed
+        await holds_for(lambda: not task.done(), 0.5, what="the sink gave up")
         assert not sink.connected
         assert "not authorized" in (sink.last_error or "").lower()
     finally:
