@@ -95,8 +95,8 @@ class Subcommand:
 
 
 @dataclass(slots=True)
-class TopicStats:
-    """Data messages of one topic instance."""
+class TopicSummary:
+    """Data messages of one topic instance in a log file (``info``/``topics``; not live stats)."""
 
     message_size: int
     count: int = 0
@@ -130,7 +130,7 @@ class LogSummary:
     dropouts: list[Dropout] = field(default_factory=list)
     corruption: list[Corruption] = field(default_factory=list)
     truncated: Truncated | None = None
-    topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
+    topics: dict[tuple[str, int], TopicSummary] = field(default_factory=dict)
 
     def add(self, event: ULogEvent) -> None:
         """Take one parser event into account."""
@@ -167,7 +167,7 @@ class LogSummary:
                 self.formats[event.name] = event
             case Subscription(_, multi_id, name, dtype):
                 if (name, multi_id) not in self.topics:
-                    self.topics[name, multi_id] = TopicStats(self._wire_size(name, dtype))
+                    self.topics[name, multi_id] = TopicSummary(self._wire_size(name, dtype))
             case _:
                 pass
 
@@ -183,7 +183,7 @@ class LogSummary:
         key = (subscription.name, subscription.multi_id)
         stats = self.topics.get(key)
         if stats is None:
-            stats = self.topics[key] = TopicStats(self._wire_size(key[0], subscription.dtype))
+            stats = self.topics[key] = TopicSummary(self._wire_size(key[0], subscription.dtype))
         if len(stamps) == 0:
             return
         first, last = int(stamps[0]), int(stamps[-1])

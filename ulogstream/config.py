@@ -33,8 +33,8 @@ MqttProtocol = Literal["3.1.1", "5"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 ENCODINGS: tuple[Encoding, ...] = ("json", "msgpack", "ulog")
-MQTT_SCHEMES = ("mqtt", "mqtts")
-"""``mqtt://host[:1883]`` plain TCP, ``mqtts://host[:8883]`` TLS."""
+MQTT_DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
+"""``mqtt://host[:1883]`` plain TCP, ``mqtts://host[:8883]`` TLS (IANA ports)."""
 
 MAX_MAVLINK_ID = 0xFF
 MAX_PORT = 0xFFFF
@@ -194,7 +194,7 @@ class MqttSettings:
 
     def __post_init__(self) -> None:
         if self.url is not None:
-            _check_mqtt_url(self.url)
+            parse_mqtt_url(self.url)
         _require(
             bool(self.root) and not _TOPIC_FORBIDDEN.search(self.root),
             "mqtt.root",
@@ -297,27 +297,88 @@ COMMAND_LINE = "command line"
 """The source named in errors about ``overrides``."""
 
 
-def _check_mqtt_url(url: str) -> None:
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """Where the MQTT broker is (from :func:`parse_mqtt_url`).
+
+    Attributes:
+        host: Host name or IP address (IPv6 without brackets).
+        port: TCP port (the scheme's default when the URL names none).
+        tls: Whether the URL was ``mqtts://``.
+    """
+
+    host: str
+    port: int
+    tls: bool
+
+
+def parse_mqtt_url(url: str) -> BrokerAddress:
+    """The one reading of ``mqtt.url``: ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]``.
+
+    Credentials are refused, the user name too: they belong in ``mqtt.username`` and
+    ``mqtt.password_file``/``mqtt.password_env``, not in a URL that is logged and shown.
+
+    Raises:
+        SettingError: ``url`` is not such a URL (the key is ``mqtt.url``).
+    """
+    key = "mqtt.url"
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as err:
-        key, problem = "mqtt.url", f"is not a valid URL ({err}): {url!r}"
-        raise SettingError(key, problem) from None
+        raise SettingError(key, f"is not a valid URL ({err}): {url!r}") from None
     _require(
-        parts.scheme in MQTT_SCHEMES,
-        "mqtt.url",
-        f"must start with mqtt:// or mqtts://, not {url!r}",
-    )
-    _require(bool(parts.hostname), "mqtt.url", f"has no host name: {url!r}")
-    _require(
-        parts.password is None,
-        "mqtt.url",
-        "must not contain a password; use mqtt.password_file or mqtt.password_env",
+        parts.scheme in MQTT_DEFAULT_PORTS, key, f"must start with mqtt:// or mqtts://, not {url!r}"
     )
     _require(
-        port is None or port >= 1, "mqtt.url", f"has port {port}, which is not from 1 to 65535"
+        parts.username is None and parts.password is None,
+        key,
+        "must not contain a user name or password; "
+        "use mqtt.username and mqtt.password_file or mqtt.password_env",
     )
+    _require(bool(parts.hostname), key, f"has no host name: {url!r}")
+    _require(port is None or port >= 1, key, f"has port {port}, which is not from 1 to 65535")
+    _require(
+        parts.path in {"", "/"} and not parts.query and not parts.fragment,
+        key,
+        f"must be only scheme, host and port, not {url!r}",
+    )
+    return BrokerAddress(
+        host=parts.hostname or "",
+        port=MQTT_DEFAULT_PORTS[parts.scheme] if port is None else port,
+        tls=parts.scheme == "mqtts",
+    )
+
+
+def read_password(
+    password_file: Path | None,
+    password_env: str | None,
+    environ: Mapping[str, str] = os.environ,
+) -> str | None:
+    """The MQTT password: the first line of ``password_file``, or ``$password_env``.
+
+    Returns:
+        The password, or None when neither source is set.
+
+    Raises:
+        ConfigError: Both are set, the file cannot be read or the variable is not set.
+    """
+    if password_file is not None and password_env is not None:
+        msg = "mqtt.password_env cannot be set together with mqtt.password_file; choose one"
+        raise ConfigError(msg)
+    if password_file is not None:
+        try:
+            text = password_file.read_text(encoding="utf-8")
+        except OSError as err:
+            msg = f"mqtt.password_file {password_file} cannot be read: {err.strerror}"
+            raise ConfigError(msg) from err
+        return text.splitlines()[0] if text else ""
+    if password_env is not None:
+        if password_env not in environ:
+            msg = f"mqtt.password_env names ${password_env}, which is not set"
+            raise ConfigError(msg)
+        return environ[password_env]
+    return None
 
 
 def mqtt_password(mqtt: MqttSettings, environ: Mapping[str, str] = os.environ) -> str | None:
@@ -326,19 +387,7 @@ def mqtt_password(mqtt: MqttSettings, environ: Mapping[str, str] = os.environ) -
     Raises:
         ConfigError: The file cannot be read or the variable is not set.
     """
-    if mqtt.password_file is not None:
-        try:
-            text = mqtt.password_file.read_text(encoding="utf-8")
-        except OSError as err:
-            msg = f"mqtt.password_file {mqtt.password_file} cannot be read: {err.strerror}"
-            raise ConfigError(msg) from err
-        return text.splitlines()[0] if text else ""
-    if mqtt.password_env is not None:
-        if mqtt.password_env not in environ:
-            msg = f"mqtt.password_env names ${mqtt.password_env}, which is not set"
-            raise ConfigError(msg)
-        return environ[mqtt.password_env]
-    return None
+    return read_password(mqtt.password_file, mqtt.password_env, environ)
 
 
 def load_settings(

@@ -50,6 +50,7 @@ from ulogstream.ulog.events import (
     ULogEvent,
     Unsubscription,
 )
+from ulogstream.ulog.gps_time import GPS_UTC_TOPICS, first_gps_fix
 from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES, log_level_name
 
 if TYPE_CHECKING:
@@ -65,15 +66,16 @@ JSON_CONTENT_TYPE = "application/json"
 MSGPACK_CONTENT_TYPE = "application/msgpack"
 RAW_CONTENT_TYPE = "application/octet-stream"
 
-GPS_TOPICS = frozenset({"vehicle_gps_position", "sensor_gps"})
-"""Topics whose ``time_utc_usec`` field maps vehicle time to UTC."""
+MAX_TOPIC_BYTES = 0xFFFF
+"""Longest topic name MQTT can carry (a two-byte UTF-8 length)."""
 
-GPS_TIME_FIELD = "time_utc_usec"
-
-_MIN_PLAUSIBLE_UTC_US = 1_262_304_000_000_000
-"""2010-01-01 in microseconds: a GPS time before that is a receiver without a fix."""
-
-_TOPIC_LEVEL_RE = re.compile(r"^[^/+#\x00]+$")
+# MQTT 3.1.1 section 1.5.3 and 4.7: no U+0000 and no wildcards in a published topic; control
+# characters and non-characters SHOULD NOT appear, and mosquitto drops a client that sends them.
+_UNSAFE_IN_TOPIC = re.compile(
+    "[+#\x00-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]"
+    "|[\U0001fffe-\U0001ffff\U0002fffe-\U0002ffff\U0003fffe-\U0003ffff\U000efffe-\U000effff]"
+    "|[\U000ffffe-\U000fffff\U0010fffe-\U0010ffff]"
+)
 
 StatusValue = str | int | float | bool | None
 """A value in the ``meta/status`` object."""
@@ -135,10 +137,16 @@ class PublishSettings:
 
     def __post_init__(self) -> None:
         """Reject settings that would build invalid topics or rates."""
-        for name, level in (("root", self.root), ("vehicle_id", self.vehicle_id)):
-            if not _TOPIC_LEVEL_RE.match(level):
-                msg = f"MQTT {name} {level!r} must be non-empty without '/', '+', '#' or NUL"
-                raise ConfigError(msg)
+        # The root may have levels of its own (config.MqttSettings allows "site/fleet").
+        if not all(valid_topic_level(level) for level in self.root.split("/")):
+            msg = f"MQTT root {self.root!r} must be non-empty levels without '+', '#' or NUL"
+            raise ConfigError(msg)
+        if not valid_topic_level(self.vehicle_id):
+            msg = (
+                f"MQTT vehicle_id {self.vehicle_id!r} must be non-empty without '/', '+', '#' "
+                "or NUL"
+            )
+            raise ConfigError(msg)
         rates = {"rate_hz": self.rate_hz, **self.topic_rates}
         for name, rate in rates.items():
             if not (rate >= 0 and math.isfinite(rate)):
@@ -162,6 +170,26 @@ class PublishSettings:
         return any(fnmatch.fnmatchcase(topic, p) for p in self.include) and not any(
             fnmatch.fnmatchcase(topic, p) for p in self.exclude
         )
+
+
+def valid_topic(topic: str) -> bool:
+    """Whether a broker takes ``topic`` as the name of a published message.
+
+    Not empty, no wildcard, no NUL or other control character, no surrogate or non-character,
+    and at most :data:`MAX_TOPIC_BYTES` in UTF-8.
+    """
+    if not topic or _UNSAFE_IN_TOPIC.search(topic) is not None:
+        return False
+    return len(topic.encode()) <= MAX_TOPIC_BYTES
+
+
+def valid_topic_level(level: str) -> bool:
+    """Whether ``level`` can be one level of our topics: a :func:`valid_topic` without ``/``.
+
+    A name with ``/`` would add levels (and an empty name an empty level), breaking the fixed
+    depth that ``+`` subscriptions and Telegraf's topic parsing rely on.
+    """
+    return "/" not in level and valid_topic(level)
 
 
 def default_vehicle_id() -> str:
@@ -377,13 +405,21 @@ class PublishPolicy:
         self.status_topic = f"{self._base}/meta/status"
         """Topic of the retained status object (and of the Last Will)."""
         self._encoders: dict[tuple[str, np.dtype[np.void]], _RowEncoder] = {}
-        self._status: dict[str, StatusValue] = {"online": True, "state": "waiting"}
+        self._status: dict[str, StatusValue] = {
+            "online": True,
+            "state": "waiting",
+            "skipped_topics": 0,
+        }
         self._status_sent_at = -math.inf
         self._status_dirty = False
         self.published_samples = 0
         """Rows turned into messages (each encoding counts once)."""
         self.skipped_samples = 0
         """Rows passed over by a rate cap (conflated) or by include/exclude patterns."""
+        self.skipped_topics = 0
+        """Messages not built because a parameter or topic name cannot be a topic level
+        (``+``, ``#``, ``/``, NUL, control characters, empty); also ``skipped_topics`` in the
+        status. The rest of the log publishes as usual."""
         self._reset_log()
 
     def _reset_log(self) -> None:
@@ -482,7 +518,7 @@ class PublishPolicy:
                 self._params[name] = value
                 if self._definitions_done:
                     self._params_dirty = True
-                    return [self._param_message(name, value)]
+                    return self._param_messages({name: value})
             case Info(key, _, value, _):
                 self._info[key] = _info_json(value)
                 if self._definitions_done:
@@ -500,7 +536,7 @@ class PublishPolicy:
                 self._definitions_done = True
                 return [
                     self._info_message(),
-                    *(self._param_message(n, v) for n, v in self._params.items()),
+                    *self._param_messages(self._params),
                     self._params_message(),
                 ]
             case Dropout(duration_ms, _):
@@ -554,6 +590,10 @@ class PublishPolicy:
         if not settings.publishes(sub.name):
             self._excluded.add(sub.msg_id)
             return []
+        if not valid_topic_level(sub.name):
+            self._skip_topic()
+            self._excluded.add(sub.msg_id)  # its rows count as skipped samples
+            return []
         self._excluded.discard(sub.msg_id)
         key = (sub.name, sub.dtype)
         encoder = self._encoders.get(key)
@@ -592,7 +632,7 @@ class PublishPolicy:
         if inst is None or len(event.rows) == 0:
             self.skipped_samples += len(event.rows)
             return []
-        if self._time_source != "gps" and inst.name in GPS_TOPICS:
+        if self._time_source != "gps" and inst.name in GPS_UTC_TOPICS:
             self._gps_anchor(event)
         period = inst.period
         if period == 0.0:
@@ -675,16 +715,11 @@ class PublishPolicy:
             self._set_time_source("receiver")
 
     def _gps_anchor(self, event: DataRows) -> None:
-        names = event.rows.dtype.names or ()
-        if GPS_TIME_FIELD not in names:
-            return
-        utc: list[int] = event.rows[GPS_TIME_FIELD].tolist()
-        stamps: list[int] = event.timestamps_us.tolist()
-        for utc_us, stamp_us in zip(utc, stamps, strict=True):
-            if utc_us >= _MIN_PLAUSIBLE_UTC_US:
-                self._offset_s = (utc_us - stamp_us) / 1e6
-                self._set_time_source("gps")
-                return
+        fix = first_gps_fix(event.rows, event.timestamps_us)
+        if fix is not None:
+            utc_us, stamp_us = fix
+            self._offset_s = (utc_us - stamp_us) / 1e6
+            self._set_time_source("gps")
 
     def _set_time_source(self, source: str) -> None:
         self._time_source = source
@@ -732,14 +767,28 @@ class PublishPolicy:
             info[key] = list(pieces)
         return self._retained("meta/info", _dumps(info))
 
-    def _param_message(self, name: str, value: float) -> MqttMessage:
-        return MqttMessage(
-            f"{self._base}/param/{name}",
-            _json_number(value).encode(),
-            retain=True,
-            qos=self.settings.qos,
-            content_type=JSON_CONTENT_TYPE,
-        )
+    def _param_messages(self, params: Mapping[str, float]) -> list[MqttMessage]:
+        """One retained ``param/NAME`` per parameter whose name can be a topic level."""
+        out: list[MqttMessage] = []
+        for name, value in params.items():
+            if not valid_topic_level(name):
+                self._skip_topic()  # still in the ``params`` object: a JSON key may be anything
+                continue
+            out.append(
+                MqttMessage(
+                    f"{self._base}/param/{name}",
+                    _json_number(value).encode(),
+                    retain=True,
+                    qos=self.settings.qos,
+                    content_type=JSON_CONTENT_TYPE,
+                )
+            )
+        return out
+
+    def _skip_topic(self) -> None:
+        self.skipped_topics += 1
+        self._status["skipped_topics"] = self.skipped_topics
+        self._status_dirty = True
 
     def _params_message(self) -> MqttMessage:
         body = ",".join(f"{json.dumps(n)}:{_json_number(v)}" for n, v in self._params.items())

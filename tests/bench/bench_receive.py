@@ -47,9 +47,9 @@ from ulogstream.adapters.file_sink import UlgFileSink  # noqa: E402
 from ulogstream.mavlink_codec import MavlinkCodec, fast_crc_active  # noqa: E402
 from ulogstream.sim.flightlog import generate_flight_log  # noqa: E402
 from ulogstream.sim.vehicle import (  # noqa: E402
+    LogStreamEnded,
     SendLoggingData,
     SimVehicle,
-    StreamEnded,
     VehicleConfig,
     VehicleOutput,
 )
@@ -97,7 +97,7 @@ def vehicle_packets(log: bytes) -> list[LoggingPacket]:
                 if output.packet.needs_ack:
                     ack = LoggingAck(output.packet.sequence, OUR_SYSTEM, OUR_COMPONENT, 1, 1)
                     pending.extend(vehicle.receive(ack, now))
-            elif isinstance(output, StreamEnded):
+            elif isinstance(output, LogStreamEnded):
                 return packets
         if vehicle.waiting_for_stop and not stopping:
             stopping = True

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ulogstream.config import (
+    BrokerAddress,
     LinkSettings,
     MqttSettings,
     RecordingSettings,
@@ -18,7 +19,9 @@ from ulogstream.config import (
     all_keys,
     load_settings,
     mqtt_password,
+    parse_mqtt_url,
     parse_override,
+    read_password,
 )
 from ulogstream.errors import ConfigError
 
@@ -226,8 +229,14 @@ def test_wrong_types_name_file_key_and_value(tmp_path: Path, text: str, problem:
         ("[mqtt]\nurl = 'mqtt://'", "mqtt.url has no host name"),
         (
             "[mqtt]\nurl = 'mqtt://me:secret@h'",
-            "mqtt.url must not contain a password; use mqtt.password_file or mqtt.password_env",
+            (
+                "mqtt.url must not contain a user name or password; use mqtt.username and "
+                "mqtt.password_file or mqtt.password_env"
+            ),
         ),
+        ("[mqtt]\nurl = 'mqtt://me@h'", "mqtt.url must not contain a user name or password"),
+        ("[mqtt]\nurl = 'mqtt://h/topic'", "mqtt.url must be only scheme, host and port"),
+        ("[mqtt]\nurl = 'mqtt://h?x=1'", "mqtt.url must be only scheme, host and port"),
         ("[mqtt]\nroot = 'a/#'", "mqtt.root must be a non-empty topic without '+', '#' or NUL"),
         ("[mqtt]\nroot = '/a'", "mqtt.root must not start or end with '/'"),
         ("[mqtt]\nvehicle_id = 'a/b'", "mqtt.vehicle_id must be one non-empty topic level"),
@@ -390,3 +399,24 @@ def test_unreadable_password_file_is_named(tmp_path: Path) -> None:
 
 def test_no_password_configured() -> None:
     assert mqtt_password(MqttSettings(), {}) is None
+
+
+@pytest.mark.parametrize(
+    ("url", "address"),
+    [
+        ("mqtt://localhost", BrokerAddress("localhost", 1883, tls=False)),
+        ("mqtts://broker.example:8884", BrokerAddress("broker.example", 8884, tls=True)),
+        ("mqtt://[::1]:1999/", BrokerAddress("::1", 1999, tls=False)),
+    ],
+)
+def test_broker_urls_are_parsed(url: str, address: BrokerAddress) -> None:
+    assert parse_mqtt_url(url) == address
+
+
+def test_read_password_is_the_one_reader_of_the_password_file_and_variable(tmp_path: Path) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\nsecond line\n")
+    mqtt = MqttSettings(password_file=secret)
+    assert read_password(secret, None) == mqtt_password(mqtt) == "s3cret"
+    with pytest.raises(ConfigError, match="choose one"):
+        read_password(secret, "VARIABLE", {"VARIABLE": "x"})

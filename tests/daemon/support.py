@@ -39,7 +39,7 @@ from ulogstream.ulog.spec import MessageType
 
 if TYPE_CHECKING:
     import socket
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
     from ulogstream.adapters.transport import Transport
@@ -383,20 +383,6 @@ async def subscriber(host: str, port: int, topic: str) -> AsyncIterator[list[Rec
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-async def eventually(condition: Callable[[], bool], limit: float = START_TIMEOUT) -> None:
-    """Wait until ``condition()`` holds.
-
-    Raises:
-        AssertionError: It did not within ``limit`` seconds.
-    """
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            msg = f"condition not met in {limit} s"
-            raise AssertionError(msg)
-        await asyncio.sleep(0.05)
 
 
 def json_samples(messages: list[Received], prefix: str) -> dict[str, list[dict[str, object]]]:

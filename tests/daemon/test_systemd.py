@@ -7,11 +7,11 @@ The test binds the AF_UNIX datagram socket systemd would and starts the daemon w
 from __future__ import annotations
 
 import signal
-import time
 from typing import TYPE_CHECKING
 
 import pytest
 from daemon.support import Process, clean_environment, daemon_config, received
+from waiting import wait_until
 
 from ulogstream.demo import free_udp_port
 
@@ -49,8 +49,13 @@ def test_ready_status_watchdog_and_stopping(
     daemon, port = start_daemon(tmp_path, notify_socket, WATCHDOG_USEC=WATCHDOG_USEC)
     processes.append(daemon)
     daemon.wait_for("listening on")
-    time.sleep(1.8)
-    running = received(server)
+    running: list[bytes] = []
+
+    def pinged_three_times() -> bool:
+        running.extend(received(server))
+        return running.count(b"WATCHDOG=1") >= 3 and any(d.startswith(b"STATUS=") for d in running)
+
+    wait_until(pinged_three_times, what="three watchdog pings and a status")
     assert daemon.terminate(signal.SIGTERM) == 0
     stopping = received(server)
 
@@ -59,8 +64,6 @@ def test_ready_status_watchdog_and_stopping(
     assert statuses, running
     assert b"packets" in statuses[0]
     assert b"\n" not in statuses[0]
-    pings = running.count(b"WATCHDOG=1")
-    assert pings >= 3, f"{pings} watchdog pings in 1.8 s: {running}"
     assert stopping[-1].startswith(b"STOPPING=1"), stopping
     assert b"READY=1" not in b"".join(stopping)
 
@@ -87,9 +90,17 @@ def test_no_watchdog_pings_unless_asked_and_enabled(
     )
     processes.append(daemon)
     daemon.wait_for("listening on")
-    time.sleep(1.2)
+    messages: list[bytes] = []
+
+    def status_sent() -> bool:
+        messages.extend(received(server))
+        return any(d.startswith(b"STATUS=") for d in messages)
+
+    # Each turn of the status loop pings the watchdog (when asked to) before it sends STATUS=:
+    # the first STATUS= proves a turn ran, so a ping would be here already.
+    wait_until(status_sent, what="no status from the status loop")
     assert daemon.terminate(signal.SIGTERM) == 0
-    messages = received(server)
+    messages += received(server)
     assert messages[0].startswith(b"READY=1")
     assert b"WATCHDOG=1" not in messages
     assert messages[-1].startswith(b"STOPPING=1")

@@ -29,9 +29,9 @@ from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.sim.runner import SimSummary, run_vehicle
 from ulogstream.sim.vehicle import (
     DeliveredPacket,
+    LogStreamEnded,
     SendLoggingData,
     SimVehicle,
-    StreamEnded,
     VehicleConfig,
     VehicleOutput,
 )
@@ -176,7 +176,7 @@ def vehicle_packets(log: bytes, *, synthesize_perf: bool = False) -> list[Loggin
                 packets.append(packet)
                 if packet.needs_ack:
                     pending.extend(vehicle.receive(_ack(packet.sequence), now))
-            elif isinstance(output, StreamEnded):
+            elif isinstance(output, LogStreamEnded):
                 return packets
         if vehicle.waiting_for_stop and not stopping:
             stopping = True
@@ -518,14 +518,6 @@ async def record(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
     return Session(recorder, summary, exit_code, delivered)
-
-
-async def wait_for(condition: Callable[[], bool], limit_s: float, what: str) -> None:
-    """Poll ``condition`` every 10 ms until it holds; fail naming ``what`` after ``limit_s``."""
-    async with asyncio.timeout(limit_s):
-        while not condition():  # noqa: ASYNC110 (the condition is other code's state, not an event)
-            await asyncio.sleep(0.01)
-    assert condition(), what
 
 
 def files(root: Path, pattern: str) -> list[Path]:

@@ -25,8 +25,8 @@ from e2e.support import (
     spans,
     theoretical_maximum,
     vehicle_packets,
-    wait_for,
 )
+from waiting import eventually, holds_for
 
 from ulogstream.adapters import file_sink
 from ulogstream.adapters.udp_transport import UdpTransport
@@ -227,13 +227,13 @@ async def test_stream_left_running_by_a_crashed_receiver_is_taken_over(tmp_path:
                     crashed.send(codec.encode_logging_ack(message.sequence, 1, 1))
 
     acking = asyncio.create_task(ack_until_delivered())
-    await wait_for(lambda: bool(delivered), 10, "the first stream never got going")
+    await eventually(lambda: bool(delivered), what="the first stream never got going")
     acking.cancel()
     await crashed.aclose()
 
     recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
     recorder_task = asyncio.create_task(recorder.run())
-    await wait_for(lambda: len(delivered) == 2, 20, "the recorder never got its own stream")
+    await eventually(lambda: len(delivered) == 2, what="the recorder never got its own stream")
     recorder.request_stop()
     async with asyncio.timeout(20):
         exit_code = await recorder_task
@@ -255,8 +255,9 @@ async def test_denied_is_a_clear_error_without_retries(tmp_path: Path) -> None:
     config = VehicleConfig(link_rate=4000.0, speed=None)  # a telemetry radio's rate
 
     async def stop_later() -> None:
-        await wait_for(lambda: recorder.status.error is not None, 10, "no rejection reported")
-        await asyncio.sleep(2.5)  # 2.5 command retry intervals: a storm would show here
+        await eventually(lambda: recorder.status.error is not None, what="no rejection reported")
+        # Nothing to wait for: no retry must come. 2.5 command retry intervals, checked throughout.
+        await holds_for(lambda: counting.commands == [START], 2.5, what="denied START retried")
         recorder.request_stop()
 
     stopper = asyncio.create_task(stop_later())
@@ -389,8 +390,8 @@ async def test_new_log_with_another_header_mid_stream_starts_a_second_file(
             )
             if number % 32 == 0:
                 await asyncio.sleep(0.001)
-        await wait_for(
-            lambda: recorder.status.bytes_total >= len(log_b) + 300 * 200, 10, "data not in"
+        await eventually(
+            lambda: recorder.status.bytes_total >= len(log_b) + 300 * 200, what="data not in"
         )
         recorder.request_stop()
         async with asyncio.timeout(10):

@@ -18,8 +18,8 @@ from e2e.support import (
     record,
     recorder_settings,
     spans,
-    wait_for,
 )
+from waiting import eventually
 
 from ulogstream.adapters.file_sink import MB, UlgFileSink, whole_messages_end
 from ulogstream.adapters.udp_transport import UdpTransport
@@ -59,8 +59,9 @@ async def test_signal_stops_a_recorder_process_with_a_finished_file(
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        await wait_for(
-            lambda: any(p.stat().st_size for p in out.glob("*/*.ulg.part")), 20, "no data on disk"
+        await eventually(
+            lambda: any(p.stat().st_size for p in out.glob("*/*.ulg.part")),
+            what="no data on disk",
         )
         process.send_signal(signum)
         async with asyncio.timeout(20):
@@ -98,7 +99,7 @@ async def test_leftover_part_files_are_recovered_at_start_up(
     (day / "10_05_00.ulg.part").write_bytes(b"\0" * 100)  # no ULog header: kept aside
     recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{free_udp_port()}", tmp_path))
     task = asyncio.create_task(recorder.run())
-    await wait_for((day / "10_00_00.ulg").exists, 10, "the .part was not recovered")
+    await eventually((day / "10_00_00.ulg").exists, what="the .part was not recovered")
     recorder.request_stop()
     async with asyncio.timeout(10):
         assert await task == 0

@@ -15,8 +15,6 @@ from ulogstream.export.rostypes import (
     RosVersion,
     RowConverter,
     WallClock,
-    format_dtype,
-    gps_fix_of,
     nested_closure,
     new_typestore,
     register_format,
@@ -113,22 +111,6 @@ def test_full_definition_holds_nested_types_once() -> None:
     )
 
 
-def test_format_dtype_mirrors_the_parsers_flat_layout() -> None:
-    formats = formats_of(
-        "outer:uint64_t timestamp;inner[2] in;char[3] s;uint8_t _padding0;int16_t[2] v;"
-        "uint8_t[3] _padding1;",
-        "inner:uint16_t a;uint8_t[2] _padding0;float b;",
-    )
-    nested = format_dtype("outer", formats)
-    flat = compile_format("outer", formats).dtype
-    assert nested.itemsize == flat.itemsize == 8 + 16 + 3 + 1 + 4 + 3
-    assert nested.names == ("timestamp", "in", "s", "v")
-    assert nested.fields is not None
-    assert flat.fields is not None
-    assert nested.fields["v"][1] == flat.fields["v[0]"][1]
-    assert nested.fields["s"][1] == flat.fields["s"][1]
-
-
 def pack_outer(timestamp: int, values: tuple[int, float, int, float], text: bytes) -> bytes:
     a0, b0, a1, b1 = values
     return (
@@ -207,18 +189,6 @@ def test_wall_clock_comes_from_the_gps_fix_else_boot_time() -> None:
 def test_wall_clock_clamps_stamps_to_what_ros_time_can_hold() -> None:
     assert WallClock(-100, "given").to_ns(42) == 0
     assert WallClock(0, "boot").to_ns(2**63) == (2**31 - 1) * 10**9
-
-
-def test_gps_fix_is_the_first_row_with_a_utc_time_after_2000() -> None:
-    rows = np.array(
-        [(1, 0), (2, 315_964_800_000_000), (3, 1_600_000_000_000_000), (4, 1_600_000_001_000_000)],
-        dtype=[("timestamp", "<u8"), ("time_utc_usec", "<u8")],
-    )
-    timestamps = rows["timestamp"].astype(np.uint64)
-    assert gps_fix_of(rows, timestamps) == (1_600_000_000_000_000, 3)
-    assert gps_fix_of(rows[:2], timestamps[:2]) is None
-    no_field = np.zeros(2, dtype=[("timestamp", "<u8")])
-    assert gps_fix_of(no_field, timestamps[:2]) is None
 
 
 @pytest.mark.parametrize(

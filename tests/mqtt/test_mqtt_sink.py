@@ -21,13 +21,10 @@ from typing import TYPE_CHECKING
 import aiomqtt
 import numpy as np
 import pytest
+from waiting import eventually, holds_for
 
-from ulogstream.adapters.mqtt_sink import (
-    BrokerAddress,
-    MqttSink,
-    MqttSinkSettings,
-    parse_mqtt_url,
-)
+from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
+from ulogstream.config import BrokerAddress, MqttSettings, SettingError
 from ulogstream.errors import ConfigError
 from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
 from ulogstream.ulog.events import DataRows, ULogEvent
@@ -68,13 +65,9 @@ class Collector:
     """Messages a test subscriber received, in arrival order."""
 
     messages: list[Received] = field(default_factory=list)
-    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def wait_until(self, done: Callable[[list[Received]], bool], limit: float = WAIT) -> None:
-        async with asyncio.timeout(limit):
-            while not done(self.messages):
-                self.arrived.clear()
-                await self.arrived.wait()
+        await eventually(lambda: done(self.messages), limit=limit, what="messages not received")
 
     def on(self, topic: str) -> list[Received]:
         return [m for m in self.messages if m.topic == topic]
@@ -116,7 +109,6 @@ async def subscriber(broker: Broker, topic: str = "#") -> AsyncIterator[Collecto
                         list(getattr(properties, "UserProperty", [])),
                     )
                 )
-                collector.arrived.set()
 
         task = asyncio.create_task(collect())
         try:
@@ -128,20 +120,14 @@ async def subscriber(broker: Broker, topic: str = "#") -> AsyncIterator[Collecto
 
 
 @contextlib.asynccontextmanager
-async def running(sink: MqttSink) -> AsyncIterator[MqttSink]:
+async def running(sink: MqttSink) -> AsyncIterator[asyncio.Task[None]]:
     task = asyncio.create_task(sink.run())
     try:
-        yield sink
+        yield task
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-async def wait_for(condition: Callable[[], bool], limit: float = WAIT) -> None:
-    async with asyncio.timeout(limit):
-        while not condition():  # noqa: ASYNC110  # polls the sink's plain counters
-            await asyncio.sleep(0.02)
 
 
 def sink_for(broker: Broker, **settings: object) -> MqttSink:
@@ -232,13 +218,19 @@ async def test_every_sample_arrives_once_in_order_with_the_parsers_values(
     total = sum(len(v) for v in expected.values())
     policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
     sink = sink_for(mosquitto)
+    end = MqttMessage("ulogstream/v1/json/end/0", b"{}")
     async with subscriber(mosquitto, "ulogstream/v1/json/#") as collector, running(sink):
         sink.offer_all(policy.log_started(wall_time=1.7e9, now=0.0))
         for event in events:
             sink.offer_all(policy.select(event, 0.0))
-        await collector.wait_until(lambda got: len(got) >= total)
-        await asyncio.sleep(0.2)  # duplicates would show up now
+        # The sink sends in order on one connection and mosquitto keeps that order: once the
+        # marker offered last is in, every sample (and any duplicate of one) arrived before it.
+        sink.offer(end)
+        await collector.wait_until(lambda got: any(m.topic == end.topic for m in got))
 
+    assert collector.messages[-1].topic == end.topic
+    del collector.messages[-1]
+    assert len(collector.messages) == total
     assert sink.dropped == 0
     assert {m.content_type for m in collector.messages} == {"application/json"}
     received: dict[str, list[dict[str, object]]] = {}
@@ -341,16 +333,16 @@ async def test_a_restarted_broker_gets_retained_topics_again_and_drops_are_count
     status = MqttMessage("ulogstream/v1/meta/status", b'{"online":true}', retain=True)
     async with running(sink):
         sink.offer(status)
-        await wait_for(lambda: sink.published == 1)
+        await eventually(lambda: sink.published == 1)
         mosquitto.stop()
-        await wait_for(lambda: not sink.connected)
+        await eventually(lambda: not sink.connected)
         for i in range(100):
             sink.offer(MqttMessage("ulogstream/v1/json/x/0", str(i).encode()))
         assert sink.dropped == 80
         assert sink.last_error is not None
         mosquitto.start()
         async with subscriber(mosquitto, "ulogstream/v1/#") as collector:
-            await wait_for(lambda: sink.connected)
+            await eventually(lambda: sink.connected)
             assert sink.reconnects == 1
             sink.offer(MqttMessage("ulogstream/v1/json/x/0", b"after"))
             await collector.wait_until(
@@ -418,7 +410,7 @@ async def test_tls_without_the_ca_fails_with_a_reason_and_keeps_retrying(
 ) -> None:
     sink = MqttSink(MqttSinkSettings(url=mosquitto_tls.url, backoff_initial=0.05))
     async with running(sink):
-        await wait_for(lambda: sink.last_error is not None)
+        await eventually(lambda: sink.last_error is not None)
         assert not sink.connected
         assert "certificate" in (sink.last_error or "").lower()
     gc.collect()
@@ -445,15 +437,26 @@ async def test_password_from_a_file_and_from_the_environment(
             protocol=4,
         )
     )
+    # read once at start-up by the settings (config.mqtt_password) and handed over
+    given = MqttSink(
+        MqttSinkSettings(
+            url=mosquitto_auth.url,
+            username=mosquitto_auth.username,
+            password=mosquitto_auth.password,
+        )
+    )
+    assert str(mosquitto_auth.password) not in repr(given.settings)
     async with (
         subscriber(mosquitto_auth, "p/#") as collector,
         running(from_file),
         running(from_env),
+        running(given),
     ):
         from_file.offer(MqttMessage("p/file", b"1"))
         from_env.offer(MqttMessage("p/env", b"2"))
-        await collector.wait_until(lambda got: len(got) == 2)
-    assert sorted(m.topic for m in collector.messages) == ["p/env", "p/file"]
+        given.offer(MqttMessage("p/given", b"3"))
+        await collector.wait_until(lambda got: len(got) == 3)
+    assert sorted(m.topic for m in collector.messages) == ["p/env", "p/file", "p/given"]
 
 
 @pytest.mark.broker
@@ -473,9 +476,9 @@ async def test_a_wrong_password_is_reported_not_raised(
     )
     task = asyncio.create_task(sink.run())
     try:
-        await wait_for(lambda: sink.last_error is not None)
-        await asyncio.sleep(0.2)
-        assert not task.done()  # still retrying, not crashed
+        await eventually(lambda: sink.last_error is not None)
+        # several backoff periods (0.05 s, doubling): still retrying, not crashed
+        await holds_for(lambda: not task.done(), 0.5, what="the sink gave up")
         assert not sink.connected
         assert "not authorized" in (sink.last_error or "").lower()
     finally:
@@ -484,39 +487,102 @@ async def test_a_wrong_password_is_reported_not_raised(
             await task
 
 
+def log_with_a_parameter_named_with_a_wildcard() -> bytes:
+    writer = ULogWriter(timestamp_us=HEADER_US)
+    writer.flag_bits()
+    writer.format("fast:uint64_t timestamp;double a;bool ok;uint16_t[2] c;")
+    writer.info("char", "sys_name", "PX4")
+    writer.parameter("MC_ROLL_P", 6.5)
+    writer.parameter("BAD#NAME", 1.0)
+    writer.parameter("MC_PITCH_P", 6.0)
+    fast = writer.add_logged_message("fast", 0)
+    for i in range(ROWS):
+        writer.data(fast, struct.pack("<Qd?2H", HEADER_US + i * 10_000, i / 7, True, i, i))  # noqa: FBT003
+    return writer.getvalue()
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio
+async def test_a_parameter_named_with_a_wildcard_is_skipped_and_the_rest_is_published(
+    mosquitto: Broker,
+) -> None:
+    policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
+    sink = sink_for(mosquitto)
+    wanted = {
+        "ulogstream/v1/meta/info",
+        "ulogstream/v1/params",
+        "ulogstream/v1/param/MC_ROLL_P",
+        "ulogstream/v1/param/MC_PITCH_P",
+        "ulogstream/v1/schema/fast",
+    }
+    async with subscriber(mosquitto, "ulogstream/v1/#") as collector, running(sink):
+        sink.offer_all(policy.log_started(wall_time=1.7e9, now=0.0))
+        for event in parse_in_packets(log_with_a_parameter_named_with_a_wildcard()):
+            sink.offer_all(policy.select(event, 0.0))
+        sink.offer_all(policy.flush_due(10.0))  # the status with the counter
+        await collector.wait_until(
+            lambda got: (
+                wanted <= {m.topic for m in got}
+                and len([m for m in got if "/json/" in m.topic]) == ROWS
+                and any(b'"skipped_topics":1' in m.payload for m in got)
+            )
+        )
+        assert sink.connected
+    assert policy.skipped_topics == 1
+    assert (sink.unpublishable, sink.dropped, sink.reconnects) == (0, 0, 0)
+    assert not any("BAD" in m.topic for m in collector.messages)
+    [params] = collector.on("ulogstream/v1/params")
+    assert strict_json(params.payload) == {"MC_ROLL_P": 6.5, "BAD#NAME": 1.0, "MC_PITCH_P": 6.0}
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio
+async def test_a_message_no_broker_takes_is_dropped_and_counted_and_the_sink_goes_on(
+    mosquitto: Broker,
+) -> None:
+    sink = sink_for(mosquitto)
+    bad = [
+        MqttMessage("t/#", b"wildcard"),
+        MqttMessage("t/+/x", b"wildcard"),
+        MqttMessage("t/nul\0", b"nul", retain=True),
+        MqttMessage("t/bell\x07", b"control character"),  # mosquitto would disconnect us
+        MqttMessage("", b"empty"),
+        MqttMessage("t/qos", b"paho refuses QoS 3 at publish time", qos=3, retain=True),
+    ]
+    async with subscriber(mosquitto, "t/#") as collector, running(sink) as task:
+        sink.offer(MqttMessage("t/first", b"1"))
+        await collector.wait_until(lambda got: len(got) == 1)
+        for message in bad:
+            sink.offer(message)
+        sink.offer(MqttMessage("t/last", b"2", retain=True))
+        await collector.wait_until(lambda got: len(got) == 2)
+        async with asyncio.timeout(WAIT):
+            await sink.wait_drained()
+        assert sink.connected
+        assert not task.done()
+    assert [m.topic for m in collector.messages] == ["t/first", "t/last"]
+    assert sink.unpublishable == len(bad)
+    assert (sink.published, sink.reconnects) == (2, 0)
+    assert "t/qos" not in sink._retained  # not re-sent after a reconnect
+
+
 # -- no broker needed ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("url", "address"),
-    [
-        ("mqtt://localhost", BrokerAddress("localhost", 1883, tls=False)),
-        ("mqtts://broker.example:8884", BrokerAddress("broker.example", 8884, tls=True)),
-        ("mqtt://[::1]:1999/", BrokerAddress("::1", 1999, tls=False)),
-    ],
-)
-def test_broker_urls_are_parsed(url: str, address: BrokerAddress) -> None:
-    assert parse_mqtt_url(url) == address
-
-
-@pytest.mark.parametrize(
-    ("url", "match"),
-    [
-        ("tcp://host", "must start with mqtt:// or mqtts://"),
-        ("host:1883", "must start with mqtt:// or mqtts://"),
-        ("mqtt://", "names no host"),
-        ("mqtt://host:99999", "malformed"),
-        ("mqtt://user:pw@host", "must not carry credentials"),
-        ("mqtt://host/topic", "only scheme, host and port"),
-    ],
-)
-def test_bad_broker_urls_are_refused_with_a_reason(url: str, match: str) -> None:
-    with pytest.raises(ConfigError, match=match):
-        parse_mqtt_url(url)
+def test_the_sink_reads_its_url_with_the_settings_parser() -> None:
+    assert MqttSink(MqttSinkSettings(url="mqtts://[::1]")).address == BrokerAddress(
+        "::1", 8883, tls=True
+    )
+    # mqtt://user@host passed the settings but failed the sink when each had its own parser
+    problem = "mqtt.url must not contain a user name or password"
+    with pytest.raises(SettingError, match=problem):
+        MqttSettings(url="mqtt://user@host")
+    with pytest.raises(ConfigError, match=problem):
+        MqttSink(MqttSinkSettings(url="mqtt://user@host"))
 
 
 def test_password_settings_are_checked(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read the MQTT password file"):
+    with pytest.raises(ConfigError, match=r"mqtt.password_file .* cannot be read"):
         MqttSink(MqttSinkSettings(url="mqtt://h", username="u", password_file=tmp_path / "none"))
     with pytest.raises(ConfigError, match="ULOGSTREAM_UNSET_VARIABLE"):
         MqttSink(
@@ -529,6 +595,11 @@ def test_password_settings_are_checked(tmp_path: Path) -> None:
     (tmp_path / "pw").write_text("x")
     with pytest.raises(ConfigError, match="without a username"):
         MqttSink(MqttSinkSettings(url="mqtt://h", password_file=tmp_path / "pw"))
+    pw = tmp_path / "pw"
+    with pytest.raises(ConfigError, match="choose one"):
+        MqttSink(MqttSinkSettings(url="mqtt://h", username="u", password_file=pw, password_env="A"))  # noqa: S106  # a variable name
+    with pytest.raises(ConfigError, match="together with a password file"):
+        MqttSink(MqttSinkSettings(url="mqtt://h", username="u", password_file=pw, password="x"))  # noqa: S106  # a test value
     with pytest.raises(ConfigError, match="CA, certificate or key"):
         MqttSink(MqttSinkSettings(url="mqtts://h", ca_file=tmp_path / "missing.crt"))
 

@@ -10,8 +10,15 @@ import msgpack
 import numpy as np
 import pytest
 
+from ulogstream.config import MqttSettings
 from ulogstream.errors import ConfigError
-from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
+from ulogstream.publish import (
+    MqttMessage,
+    PublishPolicy,
+    PublishSettings,
+    valid_topic,
+    valid_topic_level,
+)
 from ulogstream.ulog.events import DataRows, Dropout, Subscription, ULogEvent
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.writer import ULogWriter
@@ -365,6 +372,8 @@ def test_status_counts_dropouts_but_is_published_at_most_once_per_interval() -> 
         ({"vehicle_id": "a/b"}, "vehicle_id"),
         ({"vehicle_id": ""}, "vehicle_id"),
         ({"vehicle_id": "v", "root": "x+"}, "root"),
+        ({"vehicle_id": "v", "root": "a//b"}, "root"),
+        ({"vehicle_id": "v", "root": "a/"}, "root"),
         ({"vehicle_id": "v", "rate_hz": -1.0}, "rate_hz"),
         ({"vehicle_id": "v", "topic_rates": {"x": math.nan}}, "'x'"),
         ({"vehicle_id": "v", "qos": 3}, "qos"),
@@ -373,3 +382,60 @@ def test_status_counts_dropouts_but_is_published_at_most_once_per_interval() -> 
 def test_bad_settings_are_refused(settings: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         PublishSettings(**settings)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["BAD#NAME", "A+B", "a/b", "", "nul\0", "tab\tname", "\x7f", "\ufffe", "x" * 0x10000],
+)
+def test_names_that_cannot_be_a_topic_level_are_refused(name: str) -> None:
+    assert not valid_topic_level(name)
+
+
+@pytest.mark.parametrize("name", ["MC_ROLL_P", "vehicle_attitude", "größe", "a.b-c", "x" * 0xFFFF])
+def test_names_that_can_be_a_topic_level_are_accepted(name: str) -> None:
+    assert valid_topic_level(name)
+
+
+def test_a_topic_may_have_levels_but_no_wildcard_or_control_character() -> None:
+    assert valid_topic("ulogstream/v1/param/MC_ROLL_P")
+    assert valid_topic("a//b")  # an empty level is legal MQTT; our own names never make one
+    assert not valid_topic("ulogstream/v1/param/#")
+    assert not valid_topic("a/\x00")
+    assert not valid_topic("")
+
+
+def test_a_parameter_or_topic_named_with_a_wildcard_is_skipped_and_counted() -> None:
+    writer = ULogWriter(timestamp_us=HEADER_US)
+    ids = definitions(writer)
+    writer.parameter("BAD#NAME", 1.0)
+    writer.data(ids["fast"], struct.pack("<Qf", HEADER_US + 2, 2.0))
+    writer.parameter("BAD#NAME", 2.0)  # a change in flight is refused too
+    events = events_of(writer.getvalue())
+    # The parser refuses such format names; the policy does not rely on that.
+    dtype = np.dtype([("timestamp", "<u8"), ("x", "<f4")])
+    odd = Subscription(msg_id=9, multi_id=0, name="odd+topic", dtype=dtype)
+    rows = np.array([(HEADER_US + 1, 1.0)], dtype=dtype)
+    events += [odd, DataRows(odd, rows, rows["timestamp"])]
+    policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
+
+    out = run(policy, events)
+
+    topics = {m.topic for m in out}
+    assert all(valid_topic(t) for t in topics)
+    assert not any("BAD" in t or "odd" in t for t in topics)
+    assert {"ulogstream/v1/param/MC_ROLL_P", "ulogstream/v1/json/fast/0"} <= topics
+    assert policy.skipped_topics == 3  # the parameter twice, the subscription once
+    assert policy.skipped_samples == 1  # the row of the refused topic
+    flushed = policy.flush_due(10.0)
+    [status] = by_topic(flushed, "ulogstream/v1/meta/status")
+    assert strict_json(status.payload)["skipped_topics"] == 3
+    # the object of all parameters is a JSON payload: any name may be a key there
+    [params] = by_topic(flushed, "ulogstream/v1/params")
+    assert strict_json(params.payload)["BAD#NAME"] == 2.0
+
+
+def test_the_root_may_have_levels_as_the_settings_allow() -> None:
+    mqtt = MqttSettings(url="mqtt://h", root="site/fleet", vehicle_id="v1")
+    policy = PublishPolicy(PublishSettings(vehicle_id="v1", root=mqtt.root))
+    assert policy.status_topic == "site/fleet/v1/meta/status"

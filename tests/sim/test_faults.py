@@ -11,13 +11,13 @@ from ulogstream.errors import ConfigError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.sim.faults import Draw, FaultConfig, FaultRng, corrupt_frame
 from ulogstream.sim.vehicle import (
+    LogStreamEnded,
+    LogStreamStarted,
     SendCommandAck,
     SendGarbage,
-    SendHeartbeat,
     SendLoggingData,
+    SendVehicleHeartbeat,
     SimVehicle,
-    StreamEnded,
-    StreamStarted,
     VehicleConfig,
     VehicleOutput,
     delivered_packet,
@@ -233,7 +233,7 @@ def test_link_cut_silences_both_directions_then_resumes() -> None:
     config = VehicleConfig(link_rate=100_000, speed=None, stop_accept_delay=0.0)
     run = Run(FaultConfig(cut_at=60, cut_seconds=0.5), config=config)
     run.run_until(3.0)
-    times = [t for t, o in run.log if isinstance(o, SendLoggingData | SendHeartbeat)]
+    times = [t for t, o in run.log if isinstance(o, SendLoggingData | SendVehicleHeartbeat)]
     cut_start = max(t for t in times if t <= times[60])
     silent = [t for t in times if cut_start < t < cut_start + 0.5]
     assert not silent
@@ -250,7 +250,7 @@ def test_link_cut_silences_both_directions_then_resumes() -> None:
 def test_long_cut_in_the_acked_phase_tears_the_stream_down() -> None:
     run = Run(FaultConfig(cut_at=2, cut_seconds=3.0))
     run.run_until(4.0)
-    assert StreamEnded(0, "ack-timeout") in [o for _, o in run.log]
+    assert LogStreamEnded(0, "ack-timeout") in [o for _, o in run.log]
 
 
 # -- vehicle faults --------------------------------------------------------------------------
@@ -258,11 +258,11 @@ def test_long_cut_in_the_acked_phase_tears_the_stream_down() -> None:
 
 def test_reboot_restarts_at_sequence_0_with_the_header_as_a_new_log() -> None:
     run = Run(FaultConfig(reboot_at=100)).finish()
-    events = [o for _, o in run.log if isinstance(o, StreamStarted | StreamEnded)]
+    events = [o for _, o in run.log if isinstance(o, LogStreamStarted | LogStreamEnded)]
     assert events[:3] == [
-        StreamStarted(0, *GCS),
-        StreamEnded(0, "reboot"),
-        StreamStarted(1, *GCS),
+        LogStreamStarted(0, *GCS),
+        LogStreamEnded(0, "reboot"),
+        LogStreamStarted(1, *GCS),
     ]
     frames = run.frames()
     first_log = [o.packet.sequence for o in frames if o.log_index == 0]

@@ -15,12 +15,12 @@ from ulogstream.sim.vehicle import (
     ACK_TIMEOUT,
     QUEUE_DEPTH,
     DeliveredPacket,
+    LogStreamEnded,
+    LogStreamStarted,
     SendCommandAck,
-    SendHeartbeat,
     SendLoggingData,
+    SendVehicleHeartbeat,
     SimVehicle,
-    StreamEnded,
-    StreamStarted,
     VehicleConfig,
     VehicleOutput,
     delivered_packet,
@@ -141,7 +141,7 @@ class Harness:
         return [out for _, out in self.log if isinstance(out, SendCommandAck)]
 
     def events(self) -> list[VehicleOutput]:
-        return [out for _, out in self.log if not isinstance(out, SendHeartbeat)]
+        return [out for _, out in self.log if not isinstance(out, SendVehicleHeartbeat)]
 
 
 def unique_data(packets: list[SendLoggingData]) -> bytes:
@@ -299,9 +299,9 @@ def test_fifty_tries_then_the_stream_is_torn_down() -> None:
     assert len(packets) == ACK_MAX_TRIES
     assert {p.packet.sequence for p in packets} == {0}
     assert packets[-1] is not None
-    ended = [e for e in harness.events() if isinstance(e, StreamEnded)]
-    assert ended == [StreamEnded(0, "ack-timeout")]
-    teardown_time = next(t for t, o in harness.log if isinstance(o, StreamEnded))
+    ended = [e for e in harness.events() if isinstance(e, LogStreamEnded)]
+    assert ended == [LogStreamEnded(0, "ack-timeout")]
+    teardown_time = next(t for t, o in harness.log if isinstance(o, LogStreamEnded))
     assert teardown_time == pytest.approx(ACK_TIMEOUT * ACK_MAX_TRIES)
     assert vehicle.stats.ack_timeouts == 1
     # The vehicle is free again: the next START is a new log from sequence 0.
@@ -402,7 +402,7 @@ def test_start_is_acked_to_the_requester_then_packet_0_follows() -> None:
     harness.send(start(RECEIVER))
     events = harness.events()
     assert events[0] == SendCommandAck(MAV_CMD_LOGGING_START, MavResult.ACCEPTED, *RECEIVER)
-    assert events[1] == StreamStarted(0, *RECEIVER)
+    assert events[1] == LogStreamStarted(0, *RECEIVER)
     assert isinstance(events[2], SendLoggingData)
     assert events[2].packet.target_system == RECEIVER[0]
 
@@ -471,7 +471,7 @@ def test_stop_handshake_in_progress_then_acked_tail_then_accepted() -> None:
     stopped_at = harness.now
     harness.send(stop(RECEIVER))  # any client may stop the stream
     harness.run_until(stopped_at + 1.0)
-    after = [(t, o) for t, o in harness.log[before:] if not isinstance(o, SendHeartbeat)]
+    after = [(t, o) for t, o in harness.log[before:] if not isinstance(o, SendVehicleHeartbeat)]
     assert after[0][1] == SendCommandAck(MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS, *RECEIVER)
     tail = [o for _, o in after if isinstance(o, SendLoggingData)]
     assert tail
@@ -480,7 +480,7 @@ def test_stop_handshake_in_progress_then_acked_tail_then_accepted() -> None:
     accepted_time, accepted = after[-1]
     assert accepted == SendCommandAck(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED, *RECEIVER)
     assert accepted_time == pytest.approx(stopped_at + 0.19)
-    assert StreamEnded(0, "stopped") in [o for _, o in after]
+    assert LogStreamEnded(0, "stopped") in [o for _, o in after]
     assert unique_data(harness.packets()) == log
     assert not harness.vehicle.streaming
 
@@ -527,7 +527,7 @@ def test_stop_waits_for_the_tail_acks() -> None:
     assert harness.acks()[-1].result is MavResult.IN_PROGRESS
     harness.run_until(harness.now + 2.0)  # 2.5 s without acks: the logger gives up
     assert harness.acks()[-1].result is MavResult.ACCEPTED
-    assert StreamEnded(0, "ack-timeout") in harness.events()
+    assert LogStreamEnded(0, "ack-timeout") in harness.events()
 
 
 def test_commands_wait_while_the_logger_is_blocked_on_an_ack() -> None:
@@ -555,7 +555,7 @@ def test_a_new_start_after_stop_streams_the_log_again_from_sequence_0() -> None:
 def test_heartbeat_every_second() -> None:
     harness = Harness(SimVehicle(make_log(), now=10.0, config=FAST), now=10.0)
     harness.run_until(13.5)
-    beats = [t for t, o in harness.log if isinstance(o, SendHeartbeat)]
+    beats = [t for t, o in harness.log if isinstance(o, SendVehicleHeartbeat)]
     assert beats == [10.0, 11.0, 12.0, 13.0]
 
 
@@ -568,7 +568,7 @@ def test_unacked_data_flows_on_to_a_dead_receiver() -> None:
     harness.ack = False
     harness.run_until_idle()
     assert harness.vehicle.streaming
-    assert not any(isinstance(o, StreamEnded) for o in harness.events())
+    assert not any(isinstance(o, LogStreamEnded) for o in harness.events())
 
 
 def test_delivered_packet_records_intact_frames_only() -> None:

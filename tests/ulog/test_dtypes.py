@@ -13,6 +13,7 @@ from ulogstream.ulog.dtypes import (
     compile_format,
     decode_row,
     field_names,
+    nested_dtype,
     parse_format,
     row_dict,
     string_fields,
@@ -169,3 +170,42 @@ def test_row_dict_plain_python_values() -> None:
     values = row_dict(row)
     assert values == {"timestamp": 1, "s": "ab", "b": True, "f": 0.5}
     assert all(type(v) in {int, float, bool, str} for v in values.values())
+
+
+NESTED = (
+    (
+        "outer:uint64_t timestamp;inner[2] in;char[3] s;char c;uint8_t _padding0;int16_t[2] v;"
+        "uint8_t[3] _padding1;"
+    ),
+    "inner:uint16_t a;uint8_t[2] _padding0;float b;",
+)
+
+
+def test_nested_dtype_keeps_the_nesting_and_the_flat_layout() -> None:
+    defined = formats(*NESTED)
+    nested = nested_dtype("outer", defined)
+    flat = compile_format("outer", defined).dtype
+    assert nested.itemsize == flat.itemsize == 8 + 16 + 3 + 1 + 1 + 4 + 3
+    assert nested.names == ("timestamp", "in", "s", "c", "v")
+    assert nested.fields is not None
+    assert flat.fields is not None
+    assert nested.fields["in"][0].shape == (2,)
+    assert nested.fields["v"][1] == flat.fields["v[0]"][1]
+    assert nested.fields["s"][0] == np.dtype("S3")
+    assert nested.fields["c"][0] == np.dtype("u1")  # a lone char is a byte
+    payload = bytes(range(flat.itemsize))
+    row = np.frombuffer(payload, dtype=flat)
+    viewed = row.view(nested)[0]
+    assert viewed["in"][1]["a"] == row["in[1].a"][0]
+    assert viewed["v"].tolist() == [row["v[0]"][0], row["v[1]"][0]]
+
+
+def test_nested_dtype_can_end_before_the_trailing_padding_as_px4_writes_data() -> None:
+    defined = formats(*NESTED)
+    assert nested_dtype("outer", defined, strip_trailing_padding=True).itemsize == 36 - 3
+    assert nested_dtype("inner", defined, strip_trailing_padding=True).itemsize == 8
+
+
+def test_nested_dtype_refuses_undefined_types() -> None:
+    with pytest.raises(ULogFormatError, match="undefined type 'inner'"):
+        nested_dtype("outer", formats(NESTED[0]))

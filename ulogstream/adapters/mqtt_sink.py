@@ -5,6 +5,9 @@ oldest message when full (and counts it); retained messages are kept per topic i
 dropped, and published again after every reconnect so late subscribers always see the latest
 metadata. :meth:`MqttSink.run` connects, drains, and reconnects with exponential backoff, since
 aiomqtt 2.x does not reconnect by itself.
+
+A message the broker cannot take (a topic with a wildcard or a control character, a payload over
+the MQTT limit) is dropped and counted in :attr:`MqttSink.unpublishable`; it never ends the sink.
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ import os
 import secrets
 import socket
 import ssl
-import urllib.parse
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from ulogstream.config import SettingError, parse_mqtt_url, read_password
 from ulogstream.errors import ConfigError
+from ulogstream.publish import valid_topic
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,54 +37,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORTS = {"mqtt": 1883, "mqtts": 8883}
-"""Port used when the URL names none (IANA)."""
-
 DEFAULT_MAX_OUTBOX = 10_000
 """Sample messages kept for the broker before the oldest are dropped (~1.5 s at full rate)."""
 
 _PROTOCOLS = {4: aiomqtt.ProtocolVersion.V311, 5: aiomqtt.ProtocolVersion.V5}
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerAddress:
-    """Where the broker is, parsed from ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]``."""
-
-    host: str
-    port: int
-    tls: bool
-
-
-def parse_mqtt_url(url: str) -> BrokerAddress:
-    """Parse a broker URL.
-
-    Raises:
-        ConfigError: The URL is not ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]``, or it
-            carries credentials (they belong in a file or an environment variable).
-    """
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as err:
-        msg = f"MQTT URL {url!r} is malformed: {err}"
-        raise ConfigError(msg) from err
-    if parts.scheme not in DEFAULT_PORTS:
-        msg = f"MQTT URL {url!r} must start with mqtt:// or mqtts://"
-        raise ConfigError(msg)
-    if parts.username is not None or parts.password is not None:
-        msg = f"MQTT URL {url!r} must not carry credentials: use username and password_file"
-        raise ConfigError(msg)
-    if not parts.hostname:
-        msg = f"MQTT URL {url!r} names no host"
-        raise ConfigError(msg)
-    if parts.path not in {"", "/"} or parts.query or parts.fragment:
-        msg = f"MQTT URL {url!r} must be only scheme, host and port"
-        raise ConfigError(msg)
-    return BrokerAddress(
-        host=parts.hostname,
-        port=DEFAULT_PORTS[parts.scheme] if port is None else port,
-        tls=parts.scheme == "mqtts",
-    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,7 +48,8 @@ class MqttSinkSettings:
     """How to reach the broker.
 
     Attributes:
-        url: ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]`` (TLS).
+        url: ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]`` (TLS), read by
+            :func:`~ulogstream.config.parse_mqtt_url`.
         client_id: MQTT client identifier; a unique one (host, pid, random) when None.
         protocol: 4 for MQTT 3.1.1, 5 for MQTT 5 (content types and user properties).
         ca_file: CA certificates to verify the broker with (the system's when None).
@@ -96,8 +57,11 @@ class MqttSinkSettings:
         key_file: Private key of ``cert_file`` (when not inside it).
         tls_insecure: Skip the check that the broker's certificate names its host.
         username: User name for password authentication.
-        password_file: File whose first line is the password.
-        password_env: Environment variable holding the password.
+        password: The password itself, read once at start-up (e.g. by
+            :func:`~ulogstream.config.mqtt_password`); not shown by ``repr``.
+        password_file: File whose first line is the password, read by the sink when
+            ``password`` is None (:func:`~ulogstream.config.read_password`).
+        password_env: Environment variable holding the password (likewise).
         keepalive: Seconds between MQTT pings.
         max_outbox: Sample messages kept while the broker is slow or away.
         backoff_initial: First wait before reconnecting, in seconds.
@@ -113,6 +77,7 @@ class MqttSinkSettings:
     key_file: Path | None = None
     tls_insecure: bool = False
     username: str | None = None
+    password: str | None = field(default=None, repr=False)
     password_file: Path | None = None
     password_env: str | None = None
     keepalive: int = 30
@@ -126,26 +91,6 @@ def unique_client_id() -> str:
     """``ulogstream-<host>-<pid>-<random>``: two receivers never take each other's session."""
     host = socket.gethostname().split(".")[0][:16] or "host"
     return f"ulogstream-{host}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def _read_password(settings: MqttSinkSettings) -> str | None:
-    if settings.password_file is not None and settings.password_env is not None:
-        msg = "MQTT password_file and password_env are both set: choose one"
-        raise ConfigError(msg)
-    if settings.password_file is not None:
-        try:
-            lines = settings.password_file.read_text(encoding="utf-8").splitlines()
-        except OSError as err:
-            msg = f"cannot read the MQTT password file {settings.password_file}: {err.strerror}"
-            raise ConfigError(msg) from err
-        return lines[0] if lines else ""
-    if settings.password_env is not None:
-        password = os.environ.get(settings.password_env)
-        if password is None:
-            msg = f"environment variable {settings.password_env} (MQTT password) is not set"
-            raise ConfigError(msg)
-        return password
-    return None
 
 
 def _describe(error: BaseException) -> str:
@@ -183,14 +128,26 @@ class MqttSink:
 
     def __init__(self, settings: MqttSinkSettings, *, will: MqttMessage | None = None) -> None:
         self.settings = settings
-        self.address = parse_mqtt_url(settings.url)
+        try:
+            self.address = parse_mqtt_url(settings.url)
+        except SettingError as err:
+            raise ConfigError(str(err)) from None
         if settings.protocol not in _PROTOCOLS:
             msg = f"MQTT protocol must be 4 (3.1.1) or 5, not {settings.protocol!r}"
             raise ConfigError(msg)
         if settings.max_outbox < 1:
             msg = f"MQTT max_outbox must be at least 1, not {settings.max_outbox}"
             raise ConfigError(msg)
-        self._password = _read_password(settings)
+        if settings.password is not None and (
+            settings.password_file is not None or settings.password_env is not None
+        ):
+            msg = "an MQTT password is given together with a password file or variable"
+            raise ConfigError(msg)
+        self._password = (
+            settings.password
+            if settings.password is not None
+            else read_password(settings.password_file, settings.password_env)
+        )
         if self._password is not None and settings.username is None:
             msg = "an MQTT password is set without a username"
             raise ConfigError(msg)
@@ -210,6 +167,8 @@ class MqttSink:
         """Messages handed to the broker."""
         self.dropped = 0
         """Sample messages dropped because the outbox was full (broker slow or away)."""
+        self.unpublishable = 0
+        """Messages dropped because no broker would take them (bad topic, payload too large)."""
         self.reconnects = 0
         """Connections made after the first one."""
         self.connected = False
@@ -224,8 +183,14 @@ class MqttSink:
     def offer(self, message: MqttMessage) -> None:
         """Queue ``message`` without waiting; when the outbox is full the oldest is dropped.
 
-        Retained messages are kept per topic (the newest wins) and are never dropped.
+        Retained messages are kept per topic (the newest wins) and are never dropped. A message
+        whose topic no broker takes is dropped and counted in :attr:`unpublishable`: sent, it
+        would make paho raise or the broker disconnect (and a retained one would be re-sent after
+        every reconnect).
         """
+        if not valid_topic(message.topic):
+            self._refuse(message, "the topic is not a valid MQTT topic name")
+            return
         if message.retain:
             self._retained[message.topic] = message
             self._pending_retained.pop(message.topic, None)
@@ -350,12 +315,32 @@ class MqttSink:
                     retain=message.retain,
                     properties=self._properties_for(message),
                 )
+            except ValueError as err:  # paho refuses this message (and only this one)
+                self._forget_retained(message)
+                self._refuse(message, _describe(err))
+                continue
             except BaseException:  # lost connection or cancelled by the watcher: not sent
                 self._requeue(message)
                 raise
             finally:
                 self._busy = False
             self.published += 1
+
+    def _refuse(self, message: MqttMessage, reason: str) -> None:
+        self.unpublishable += 1
+        count = self.unpublishable
+        if count & (count - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...: visible, never a flood
+            logger.warning(
+                "MQTT message on %r dropped: %s (%d unpublishable so far)",
+                message.topic,
+                reason,
+                count,
+            )
+
+    def _forget_retained(self, message: MqttMessage) -> None:
+        """Stop re-sending ``message`` after reconnects (a newer one on its topic stays)."""
+        if message.retain and self._retained.get(message.topic) is message:
+            del self._retained[message.topic]
 
     def _requeue(self, message: MqttMessage) -> None:
         """Put back a message the broker did not take (retained ones are re-sent anyway)."""

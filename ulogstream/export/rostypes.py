@@ -20,7 +20,7 @@ import numpy as np
 from rosbags.typesys import Stores, TypesysError, get_types_from_msg, get_typestore
 
 from ulogstream.errors import ULogFormatError, UlogstreamError
-from ulogstream.ulog.dtypes import NUMPY_TYPES
+from ulogstream.ulog.dtypes import nested_dtype
 from ulogstream.ulog.events import (
     Corruption,
     DataRows,
@@ -34,6 +34,7 @@ from ulogstream.ulog.events import (
     Truncated,
     ULogEvent,
 )
+from ulogstream.ulog.gps_time import GPS_UTC_TOPICS, first_gps_fix
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.spec import PADDING_PREFIX, TYPE_SIZES
 
@@ -80,9 +81,6 @@ ROS_BASE_TYPES: Final[dict[str, str]] = {
     "char": "uint8",  # a lone char is a byte; char[N] is a string (see _ros_field)
 }
 """ULog basic types and the ROS types they become."""
-
-_NUMPY_TYPES: Final[dict[str, str]] = {**NUMPY_TYPES, "char": "u1"}
-"""ULog basic types as numpy types; a lone char is a byte (ROS char/uint8)."""
 
 _ROS_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _TYPE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
@@ -208,50 +206,6 @@ def register_format(store: Typestore, name: str, formats: Mapping[str, FormatDef
     return typename
 
 
-def format_dtype(name: str, formats: Mapping[str, FormatDefined]) -> np.dtype[np.void]:
-    """The packed structured dtype of format ``name``, nested as the format is, padding skipped.
-
-    Nested formats become nested structured fields and arrays subarrays, so one row viewed with
-    this dtype holds exactly the tree the ROS message has. ``itemsize`` is the full packed size
-    (padding included) and must equal that of the flat dtype the parser decodes rows with.
-
-    Raises:
-        UlogstreamError: A nested format is missing or nests itself.
-    """
-    nested_closure(name, formats)  # validates before recursing
-    return _format_dtype(name, formats)
-
-
-def _format_dtype(name: str, formats: Mapping[str, FormatDefined]) -> np.dtype[np.void]:
-    names: list[str] = []
-    types: list[object] = []
-    offsets: list[int] = []
-    offset = 0
-    for field in formats[name].fields:
-        base: np.dtype[np.generic[object]]
-        whole: object
-        if field.type_name == "char" and field.array_length is not None:
-            base = np.dtype(f"S{field.array_length}")
-            whole = base
-            size = field.array_length
-        else:
-            if field.type_name in _NUMPY_TYPES:
-                base = np.dtype(_NUMPY_TYPES[field.type_name])
-            else:
-                base = _format_dtype(field.type_name, formats)
-            count = 1 if field.array_length is None else field.array_length
-            whole = base if field.array_length is None else (base, (count,))
-            size = base.itemsize * count
-        if not is_padding(field):
-            names.append(field.name)
-            types.append(whole)
-            offsets.append(offset)
-        offset += size
-    spec = {"names": names, "formats": types, "offsets": offsets, "itemsize": offset}
-    dtype: np.dtype[np.void] = np.dtype(spec)  # type: ignore[call-overload]
-    return dtype
-
-
 def text_of(raw: bytes) -> str:
     """A ``char[N]`` value as a ROS string: cut at the first NUL, invalid UTF-8 replaced."""
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -361,8 +315,8 @@ class RowConverter:
     ) -> None:
         self.typename = register_format(store, format_name, formats)
         """The ROS type name (``px4_ulog/msg/...``)."""
-        self.dtype = format_dtype(format_name, formats)
-        """The nested view of a row (see :func:`format_dtype`)."""
+        self.dtype = nested_dtype(format_name, formats)
+        """The nested view of a row (see :func:`~ulogstream.ulog.dtypes.nested_dtype`)."""
         if self.dtype.itemsize != itemsize:
             msg = (
                 f"rows of ULog format {format_name!r} are {itemsize} bytes, "
@@ -402,16 +356,8 @@ def ros_log_level(level: int, version: RosVersion) -> int:
     return ROS2_LOG_LEVELS.get(level, 20)
 
 
-GPS_UTC_TOPICS: Final = ("vehicle_gps_position", "sensor_gps")
-"""Topics whose ``time_utc_usec`` (with their ``timestamp``) ties boot time to UTC."""
-
-GPS_UTC_FIELD: Final = "time_utc_usec"
-
 MAX_TIME_US: Final = (2**31 - 1) * 1_000_000
 """Latest stamp written (2038-01-19): ``builtin_interfaces/Time.sec`` is an int32 in ROS 2."""
-
-MIN_PLAUSIBLE_UTC_US: Final = 946_684_800_000_000
-"""2000-01-01 in microseconds: receivers without a fix report 0 or a date near 1980."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +389,8 @@ def wall_clock(gps_fix: tuple[int, int] | None) -> WallClock:
 
     Args:
         gps_fix: ``(time_utc_usec, timestamp_us)`` of the first GPS sample with a plausible
-            UTC time (see :func:`gps_fix_of`), or None when the log has none.
+            UTC time (see :func:`~ulogstream.ulog.gps_time.first_gps_fix`), or None when the
+            log has none.
 
     Returns:
         ``offset_us = time_utc_usec - timestamp_us`` from the fix, else an offset of 0.
@@ -452,20 +399,6 @@ def wall_clock(gps_fix: tuple[int, int] | None) -> WallClock:
         return WallClock(0, "boot")
     utc_us, timestamp_us = gps_fix
     return WallClock(utc_us - timestamp_us, "gps")
-
-
-def gps_fix_of(
-    rows: npt.NDArray[np.void], timestamps_us: npt.NDArray[np.uint64]
-) -> tuple[int, int] | None:
-    """The first ``(time_utc_usec, timestamp_us)`` of GPS rows with a UTC time after 2000."""
-    if rows.dtype.names is None or GPS_UTC_FIELD not in rows.dtype.names:
-        return None
-    utc = rows[GPS_UTC_FIELD].astype(np.uint64)
-    valid = np.flatnonzero(utc >= MIN_PLAUSIBLE_UTC_US)
-    if valid.size == 0:
-        return None
-    first = int(valid[0])
-    return int(utc[first]), int(timestamps_us[first])
 
 
 Progress = Callable[[int, int], None]
@@ -579,7 +512,7 @@ def scan_wall_clock(src: Path, *, chunk_size: int = CHUNK_SIZE) -> WallClock:
     for events, _, _ in read_events(src, chunk_size=chunk_size):
         for event in events:
             if isinstance(event, DataRows) and event.subscription.name in GPS_UTC_TOPICS:
-                fix = gps_fix_of(event.rows, event.timestamps_us)
+                fix = first_gps_fix(event.rows, event.timestamps_us)
                 if fix is not None:
                     return wall_clock(fix)
     return wall_clock(None)

@@ -10,7 +10,6 @@ Every byte follows from ``seed``: the same arguments always give the same file.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -20,8 +19,8 @@ from typing import BinaryIO
 import numpy as np
 import numpy.typing as npt
 
-from ulogstream.ulog.dtypes import NUMPY_TYPES
-from ulogstream.ulog.spec import COMPAT_DEFAULT_PARAMETERS, TYPE_SIZES
+from ulogstream.ulog.dtypes import nested_dtype, parse_format
+from ulogstream.ulog.spec import COMPAT_DEFAULT_PARAMETERS
 from ulogstream.ulog.writer import ULogWriter
 
 FloatArray = npt.NDArray[np.float64]
@@ -144,7 +143,7 @@ FORMATS: dict[str, str] = {
     "mavlink_log": "uint64_t timestamp;char[127] text;uint8_t severity;",
 }
 
-_FIELD_RE = re.compile(r"^(\w+)(?:\[(\d+)\])? (\w+)$")
+_PARSED_FORMATS = {name: parse_format(f"{name}:{body}") for name, body in FORMATS.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,44 +317,14 @@ class FlightLogSummary:
 
 
 def format_dtype(name: str, *, strip_trailing_padding: bool = False) -> np.dtype[np.void]:
-    """The packed numpy dtype of one of :data:`FORMATS`, padding fields included.
+    """The packed numpy dtype of one of :data:`FORMATS` (see :func:`~ulogstream.ulog.nested_dtype`).
 
     Args:
         name: A key of :data:`FORMATS` (nested types are resolved in it too).
         strip_trailing_padding: Leave out the top-level padding at the end, as PX4's logger
             does when it writes a 'D' message.
     """
-    names: list[str] = []
-    formats: list[str | np.dtype[np.void] | tuple[str | np.dtype[np.void], tuple[int, ...]]] = []
-    offsets: list[int] = []
-    offset = 0
-    for field in FORMATS[name].rstrip(";").split(";"):
-        match = _FIELD_RE.match(field)
-        if match is None:
-            msg = f"bad field {field!r} in format {name!r}"
-            raise ValueError(msg)
-        type_name, length, field_name = match.group(1), match.group(2), match.group(3)
-        base: str | np.dtype[np.void]
-        if type_name in NUMPY_TYPES:
-            base = NUMPY_TYPES[type_name]
-            size = TYPE_SIZES[type_name]
-        else:
-            base = format_dtype(type_name)
-            size = base.itemsize
-        count = 1 if length is None else int(length)
-        if type_name == "char" and length is not None:
-            base, size, count = f"S{count}", count, 1
-        names.append(field_name)
-        formats.append(base if length is None or type_name == "char" else (base, (count,)))
-        offsets.append(offset)
-        offset += size * count
-    itemsize = offset
-    if strip_trailing_padding:
-        while names and names[-1].startswith("_padding"):
-            names.pop()
-            formats.pop()
-            itemsize = offsets.pop()
-    return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": itemsize})
+    return nested_dtype(name, _PARSED_FORMATS, strip_trailing_padding=strip_trailing_padding)
 
 
 def _smootherstep(u: FloatArray) -> FloatArray:

@@ -24,13 +24,13 @@ from ulogstream.sim.vehicle import (
     UDP_LINK_RATE,
     USB_LINK_RATE,
     DeliveredPacket,
+    LogStreamEnded,
+    LogStreamStarted,
     SendCommandAck,
     SendGarbage,
-    SendHeartbeat,
     SendLoggingData,
+    SendVehicleHeartbeat,
     SimVehicle,
-    StreamEnded,
-    StreamStarted,
     VehicleConfig,
     VehicleOutput,
     VehicleStats,
@@ -124,7 +124,7 @@ class _Shell:
                     transport.send(
                         codec.encode_command_ack(command, result, target_system, target_component)
                     )
-                case SendHeartbeat():
+                case SendVehicleHeartbeat():
                     transport.send(
                         codec.encode_heartbeat(
                             mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4
@@ -132,11 +132,11 @@ class _Shell:
                     )
                 case SendGarbage(data):
                     transport.send(data)
-                case StreamStarted(log_index, target_system, target_component):
+                case LogStreamStarted(log_index, target_system, target_component):
                     logger.info(
                         "sim: log %d streaming to %d/%d", log_index, target_system, target_component
                     )
-                case StreamEnded(log_index, reason):
+                case LogStreamEnded(log_index, reason):
                     logger.info("sim: log %d ended (%s)", log_index, reason)
                     if reason == "stopped":
                         self.logs_stopped += 1

@@ -253,8 +253,11 @@ class SendCommandAck:
 
 
 @dataclass(frozen=True, slots=True)
-class SendHeartbeat:
-    """Send the vehicle's HEARTBEAT (quadrotor, PX4 autopilot)."""
+class SendVehicleHeartbeat:
+    """Send the vehicle's HEARTBEAT (quadrotor, PX4 autopilot).
+
+    The receiver's own heartbeat is :class:`ulogstream.stream.session.SendHeartbeat`.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +268,7 @@ class SendGarbage:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamStarted:
+class LogStreamStarted:
     """Log ``log_index`` started streaming to ``target_system``/``target_component``."""
 
     log_index: int
@@ -277,15 +280,24 @@ StreamEndReason = Literal["stopped", "ack-timeout", "reboot"]
 
 
 @dataclass(frozen=True, slots=True)
-class StreamEnded:
-    """Log ``log_index`` stopped streaming: on STOP, after 50 unacked tries, or by a reboot."""
+class LogStreamEnded:
+    """Log ``log_index`` stopped streaming: on STOP, after 50 unacked tries, or by a reboot.
+
+    The vehicle's side; the receiver's session ending is
+    :class:`ulogstream.stream.session.StreamEnded`.
+    """
 
     log_index: int
     reason: StreamEndReason
 
 
 VehicleOutput = (
-    SendLoggingData | SendCommandAck | SendHeartbeat | SendGarbage | StreamStarted | StreamEnded
+    SendLoggingData
+    | SendCommandAck
+    | SendVehicleHeartbeat
+    | SendGarbage
+    | LogStreamStarted
+    | LogStreamEnded
 )
 """Everything :class:`SimVehicle` asks its runner to do or tells it."""
 
@@ -605,7 +617,7 @@ class SimVehicle:
         self._behind = False
         out: list[VehicleOutput] = []
         if now >= self._next_heartbeat:
-            self._emit_other(SendHeartbeat(), now, out)
+            self._emit_other(SendVehicleHeartbeat(), now, out)
             self._next_heartbeat += self.config.heartbeat_interval
             if self._next_heartbeat <= now:
                 self._next_heartbeat = now + self.config.heartbeat_interval
@@ -695,7 +707,7 @@ class SimVehicle:
         self._queue.clear()
         self._awaiting = None
         self.stats.logs_started += 1
-        out.append(StreamStarted(stream.log_index, target_system, target_component))
+        out.append(LogStreamStarted(stream.log_index, target_system, target_component))
 
     def _end_stream(self, reason: StreamEndReason, out: list[VehicleOutput]) -> None:
         stream = self._stream
@@ -704,7 +716,7 @@ class SimVehicle:
         self._stream = None
         self._queue.clear()
         self._awaiting = None
-        out.append(StreamEnded(stream.log_index, reason))
+        out.append(LogStreamEnded(stream.log_index, reason))
         if stream.stopping:
             self._ack_to(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED, stream.stop_requester, out)
 

@@ -192,6 +192,65 @@ def _compile(closure: tuple[FormatDefined, ...]) -> CompiledFormat:
     return CompiledFormat(dtype, size, trailing, timestamp)
 
 
+def nested_dtype(
+    name: str, formats: Mapping[str, FormatDefined], *, strip_trailing_padding: bool = False
+) -> np.dtype[np.void]:
+    """The packed dtype of format ``name`` with its nesting kept (for exporters and the simulator).
+
+    Nested formats become structured fields and arrays subarrays (:func:`compile_format` flattens
+    both instead); ``char[N]`` is ``S{N}`` and a lone ``char`` one byte (``u1``). Padding fields
+    get no name but keep their bytes, so ``itemsize`` and every offset are those of the flat
+    dtype, and a row decoded by the parser can be viewed with this dtype without a copy.
+
+    Args:
+        name: The format.
+        formats: Every format, for the nested ones.
+        strip_trailing_padding: End the struct before its top-level trailing ``_padding``,
+            as PX4's logger does in 'D' messages.
+
+    Raises:
+        ULogFormatError: A type is undefined, nesting is cyclic or too deep, or the struct is
+            larger than a message can carry.
+    """
+    compiled = compile_format(name, formats)  # validates the whole closure first
+    names, types, offsets, size = _nested_fields(name, formats)
+    if strip_trailing_padding:
+        size -= compiled.trailing_padding
+    return np.dtype({"names": names, "formats": types, "offsets": offsets, "itemsize": size})
+
+
+_TypeSpec = str | np.dtype[np.void] | tuple[str | np.dtype[np.void], tuple[int, ...]]
+
+
+def _nested_fields(
+    name: str, formats: Mapping[str, FormatDefined]
+) -> tuple[list[str], list[_TypeSpec], list[int], int]:
+    """Names, numpy types and offsets of the named fields of ``name``, and its full size."""
+    names: list[str] = []
+    types: list[_TypeSpec] = []
+    offsets: list[int] = []
+    offset = 0
+    for field in formats[name].fields:
+        shape = () if field.array_length is None else (field.array_length,)
+        base: str | np.dtype[np.void]
+        if field.type_name == "char":
+            # char[N] is one string; a lone char is a byte (a ROS char is a uint8)
+            base, size, shape = ("u1", 1, ()) if not shape else (f"S{shape[0]}", shape[0], ())
+        elif field.type_name in NUMPY_TYPES:
+            base, size = NUMPY_TYPES[field.type_name], TYPE_SIZES[field.type_name]
+        else:
+            sub_names, sub_types, sub_offsets, size = _nested_fields(field.type_name, formats)
+            base = np.dtype(
+                {"names": sub_names, "formats": sub_types, "offsets": sub_offsets, "itemsize": size}
+            )
+        if not field.name.startswith(PADDING_PREFIX):
+            names.append(field.name)
+            types.append((base, shape) if shape else base)
+            offsets.append(offset)
+        offset += size * (shape[0] if shape else 1)
+    return names, types, offsets, offset
+
+
 def _struct_size(
     fmt: FormatDefined, by_name: Mapping[str, FormatDefined], sizes: dict[str, int], depth: int
 ) -> int:

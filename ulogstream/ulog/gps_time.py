@@ -1,0 +1,48 @@
+"""The one rule that ties a log's boot time to UTC: its first plausible GPS UTC fix.
+
+Live publishing (:mod:`ulogstream.publish`) and the exporters (:mod:`ulogstream.export`) both
+anchor vehicle time with it, so a log gets the same wall-clock time on MQTT and in a rosbag.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+GPS_UTC_TOPICS: Final = frozenset({"vehicle_gps_position", "sensor_gps"})
+"""uORB topics whose ``time_utc_usec`` (with their ``timestamp``) ties boot time to UTC."""
+
+GPS_UTC_FIELD: Final = "time_utc_usec"
+"""The field of :data:`GPS_UTC_TOPICS` holding UTC in microseconds since 1970."""
+
+MIN_PLAUSIBLE_UTC_US: Final = 1_262_304_000_000_000
+"""2010-01-01 in microseconds. A receiver without a fix reports 0 or a date near the GPS epoch
+(1980), and one with the week-number rollover bug a date 19.6 years late (1999 for 2019);
+ULog itself dates from 2016, so nothing earlier than 2010 is a real fix."""
+
+
+def first_gps_fix(
+    rows: npt.NDArray[np.void], timestamps_us: npt.NDArray[np.uint64]
+) -> tuple[int, int] | None:
+    """The first ``(time_utc_usec, timestamp_us)`` of GPS rows with a plausible UTC time.
+
+    Args:
+        rows: Decoded rows of one of :data:`GPS_UTC_TOPICS`.
+        timestamps_us: Their ULog timestamps (microseconds since boot).
+
+    Returns:
+        The fix, or None when no row has a UTC time from :data:`MIN_PLAUSIBLE_UTC_US` on (or the
+        rows have no :data:`GPS_UTC_FIELD`).
+    """
+    if rows.dtype.names is None or GPS_UTC_FIELD not in rows.dtype.names:
+        return None
+    utc = rows[GPS_UTC_FIELD].astype(np.uint64)
+    valid = np.flatnonzero(utc >= MIN_PLAUSIBLE_UTC_US)
+    if valid.size == 0:
+        return None
+    first = int(valid[0])
+    return int(utc[first]), int(timestamps_us[first])
