@@ -121,6 +121,8 @@ class RecorderStatus:
     mqtt_connected: bool = False
     mqtt_published: int = 0
     mqtt_dropped: int = 0
+    mqtt_unpublishable: int = 0
+    """Messages no broker takes (a bad topic): dropped one by one, never the sink."""
     mqtt_reconnects: int = 0
     topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
     finished: deque[FinishedLog] = field(default_factory=lambda: deque(maxlen=FINISHED_LOGS_KEPT))
@@ -453,6 +455,7 @@ class Pipeline:
             status.mqtt_connected = sink.connected
             status.mqtt_published = sink.published
             status.mqtt_dropped = sink.dropped
+            status.mqtt_unpublishable = sink.unpublishable
             status.mqtt_reconnects = sink.reconnects
 
 
@@ -477,7 +480,14 @@ def publish_settings(mqtt: MqttSettings) -> PublishSettings:
 
 
 def sink_settings(mqtt: MqttSettings) -> MqttSinkSettings:
-    """The MQTT sink's settings from the ``[mqtt]`` configuration (URL must be set)."""
+    """The MQTT sink's settings from the ``[mqtt]`` configuration (URL must be set).
+
+    The password is read here, once: a missing file fails now, with the key named, rather than
+    at the first connect.
+
+    Raises:
+        ConfigError: The URL is not set, or the password cannot be read.
+    """
     if mqtt.url is None:
         msg = "mqtt.url is not set"
         raise ConfigError(msg)
@@ -488,8 +498,7 @@ def sink_settings(mqtt: MqttSettings) -> MqttSinkSettings:
         cert_file=mqtt.tls_cert_file,
         key_file=mqtt.tls_key_file,
         username=mqtt.username,
-        password_file=mqtt.password_file,
-        password_env=mqtt.password_env,
+        password=mqtt_password(mqtt),
         max_outbox=mqtt.outbox_size,
     )
 
@@ -502,7 +511,6 @@ def build_publisher(mqtt: MqttSettings) -> Publisher | None:
     """
     if mqtt.url is None:
         return None
-    mqtt_password(mqtt)  # fails now, with the key named, rather than at the first connect
     policy = PublishPolicy(publish_settings(mqtt))
     return Publisher(policy, MqttSink(sink_settings(mqtt), will=policy.last_will()))
 
@@ -840,6 +848,7 @@ class Recorder:
             "bad_frames": status.bad_frames,
             "link_reconnects": status.link_reconnects,
             "mqtt_dropped": status.mqtt_dropped,
+            "mqtt_unpublishable": status.mqtt_unpublishable,
             "error": status.error,
         }
 

@@ -26,7 +26,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from ulogstream.config import SettingError, parse_mqtt_url, read_password
+from ulogstream.config import SettingError, parse_mqtt_url
 from ulogstream.errors import ConfigError
 from ulogstream.publish import valid_topic
 
@@ -57,11 +57,8 @@ class MqttSinkSettings:
         key_file: Private key of ``cert_file`` (when not inside it).
         tls_insecure: Skip the check that the broker's certificate names its host.
         username: User name for password authentication.
-        password: The password itself, read once at start-up (e.g. by
-            :func:`~ulogstream.config.mqtt_password`); not shown by ``repr``.
-        password_file: File whose first line is the password, read by the sink when
-            ``password`` is None (:func:`~ulogstream.config.read_password`).
-        password_env: Environment variable holding the password (likewise).
+        password: The password itself, read once at start-up by
+            :func:`~ulogstream.config.mqtt_password`; not shown by ``repr``.
         keepalive: Seconds between MQTT pings.
         max_outbox: Sample messages kept while the broker is slow or away.
         backoff_initial: First wait before reconnecting, in seconds.
@@ -78,8 +75,6 @@ class MqttSinkSettings:
     tls_insecure: bool = False
     username: str | None = None
     password: str | None = field(default=None, repr=False)
-    password_file: Path | None = None
-    password_env: str | None = None
     keepalive: int = 30
     max_outbox: int = DEFAULT_MAX_OUTBOX
     backoff_initial: float = 0.5
@@ -138,16 +133,7 @@ class MqttSink:
         if settings.max_outbox < 1:
             msg = f"MQTT max_outbox must be at least 1, not {settings.max_outbox}"
             raise ConfigError(msg)
-        if settings.password is not None and (
-            settings.password_file is not None or settings.password_env is not None
-        ):
-            msg = "an MQTT password is given together with a password file or variable"
-            raise ConfigError(msg)
-        self._password = (
-            settings.password
-            if settings.password is not None
-            else read_password(settings.password_file, settings.password_env)
-        )
+        self._password = settings.password
         if self._password is not None and settings.username is None:
             msg = "an MQTT password is set without a username"
             raise ConfigError(msg)
