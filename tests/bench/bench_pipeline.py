@@ -110,7 +110,7 @@ def make_pipeline(out_dir: Path, *, max_logs: int = 0) -> tuple[Pipeline, Publis
     )
     pipelines.append(pipeline)
     files.start()
-    pipeline.attach(NullTransport(), 0.0)
+    pipeline.attach(NullTransport().send, 0.0, restored=False)
     return pipeline, publisher
 
 

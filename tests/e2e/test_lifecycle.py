@@ -7,7 +7,8 @@ import errno
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e.support import (
@@ -44,9 +45,6 @@ from ulogstream.stream.packets import (
 )
 from ulogstream.ulog.spec import MessageType
 from ulogstream.ulog.writer import ULogWriter
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 START, STOP = MAV_CMD_LOGGING_START, MAV_CMD_LOGGING_STOP
 
@@ -440,3 +438,35 @@ async def test_a_failed_finalise_keeps_its_part_and_recording_goes_on(
     assert error is not None
     assert "Input/output error" in error
     assert f"{part.name} is kept and recovered at start-up" in error
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_disk_that_fails_mid_log_ends_that_log_and_the_next_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = os.write
+    failed: list[int] = []
+
+    def read_only_once(fd: int, data: bytes) -> int:
+        if not failed and str(Path(f"/proc/self/fd/{fd}").readlink()).endswith(".ulg.part"):
+            failed.append(fd)
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", read_only_once)
+    log = flight_log(4.0, seed=27)
+    link, connection = await listening_vehicle()
+    recorder = Recorder(recorder_settings(connection, tmp_path))
+    run = await record(log, recorder, link, faults=FaultConfig(reboot_at=400), stop_after_log=1)
+    assert run.exit_code == 0
+    assert failed
+    (second,) = run.files  # the failed log ended; acking went on and the next log is whole
+    assert second.read_bytes() == log
+    assert run.summary.stats.ack_timeouts == 0
+    (part,) = files(tmp_path, "*.ulg.part")  # what reached the disk stays for recovery
+    assert log.startswith(part.read_bytes())
+    error = run.recorder.status.error
+    assert error is not None
+    assert "Read-only file system" in error
+    assert "recording goes on with the next log" in error

@@ -149,6 +149,16 @@ class UdpTransport:
         except OSError:
             self._dropped_sends += 1  # full buffer or unreachable network: best effort
 
+    def send_to(self, data: bytes, peer: Address) -> None:
+        """Send one datagram to ``peer`` (one of several vehicles behind this socket)."""
+        if self._closed:
+            self._dropped_sends += 1
+            return
+        try:
+            self._sock.sendto(data, peer)
+        except OSError:
+            self._dropped_sends += 1  # full buffer or unreachable network: best effort
+
     async def aclose(self) -> None:
         """Close the socket; a waiting ``receive`` returns ``b""``. Closing twice is allowed."""
         self._close()
