@@ -23,9 +23,15 @@ import numpy as np
 from ulogstream.adapters.connection import parse_connection
 from ulogstream.adapters.replay import replay_to_mqtt
 from ulogstream.adapters.sd_notify import Notifier
-from ulogstream.config import COMMAND_LINE, Settings, load_settings, parse_override
+from ulogstream.config import (
+    COMMAND_LINE,
+    FOXGLOVE_DEFAULT_PORT,
+    Settings,
+    load_settings,
+    parse_override,
+)
 from ulogstream.daemon import Recorder, publish_settings, sink_settings
-from ulogstream.demo import DemoOptions, run_demo, summary_lines
+from ulogstream.demo import DemoOptions, foxglove_hint, run_demo, summary_lines
 from ulogstream.errors import ConfigError, ULogFormatError, UlogstreamError
 from ulogstream.export.csv import export_csv
 from ulogstream.sim.runner import add_sim_arguments, run_sim, sim_options_from_args
@@ -651,6 +657,14 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mqtt-rate", type=float, help="default samples/s per topic (0 = all)")
     parser.add_argument("--vehicle-id", help="MQTT vehicle id (default: hostname)")
     parser.add_argument(
+        "--foxglove",
+        metavar="[HOST:]PORT",
+        help="serve a live view to Foxglove at ws://HOST:PORT (host default 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--foxglove-rate", type=float, help="Foxglove samples/s per topic (default 10, 0 = all)"
+    )
+    parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -676,6 +690,9 @@ def _settings(args: argparse.Namespace, *, connection: str | None = None) -> Set
         "mqtt.url": args.mqtt,
         "mqtt.default_rate_hz": args.mqtt_rate,
         "mqtt.vehicle_id": args.vehicle_id,
+        "foxglove.enabled": True if args.foxglove is not None else None,
+        "foxglove.listen": args.foxglove,
+        "foxglove.default_rate_hz": args.foxglove_rate,
     }
     overrides.update({key: value for key, value in options.items() if value is not None})
     if args.config is None and args.out is None and "recording.out_dir" not in overrides:
@@ -799,6 +816,13 @@ def _configure_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss", type=float, default=defaults.loss, help="packet loss (0..1)")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="random seed")
     parser.add_argument("--mqtt", metavar="URL", help="also publish live to this broker")
+    parser.add_argument(
+        "--foxglove",
+        metavar="[HOST:]PORT",
+        nargs="?",
+        const=f"127.0.0.1:{FOXGLOVE_DEFAULT_PORT}",
+        help=f"also serve a live view to Foxglove (default 127.0.0.1:{FOXGLOVE_DEFAULT_PORT})",
+    )
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -815,6 +839,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         loss=args.loss,
         seed=args.seed,
         mqtt_url=args.mqtt,
+        foxglove_listen=args.foxglove,
     )
     terminal = sys.stdout.isatty()
     # The injected losses are the point of the demo and its view shows them: warn of no more.
@@ -823,6 +848,8 @@ def _run_demo(args: argparse.Namespace) -> int:
         f"Generating a {options.duration_s:.0f} s quadrotor flight and streaming it from a "
         f"simulated PX4 at {options.speed:g}x...\n"
     )
+    if options.foxglove_listen is not None:
+        sys.stdout.write(f"{foxglove_hint(options.foxglove_listen)}\n")
     result = asyncio.run(run_demo(options, view=sys.stdout if terminal else None))
     sys.stdout.write("\n".join(summary_lines(result, options)) + "\n")
     return 0 if result.recording is not None else EXIT_ERROR

@@ -248,6 +248,76 @@ class MqttSettings:
         return self.rates.get(topic, self.default_rate_hz)
 
 
+FOXGLOVE_DEFAULT_PORT = 8765
+"""The Foxglove WebSocket port Foxglove's "Open connection" dialog suggests."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    """Where a server listens (from :func:`parse_listen`)."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_listen(text: str, key: str = "foxglove.listen") -> ListenAddress:
+    """``[HOST:]PORT`` (host 127.0.0.1 when left out; ``[::1]:PORT`` for IPv6); port 0: any.
+
+    Raises:
+        SettingError: ``text`` is not such an address (the key is ``key``).
+    """
+    host, sep, port = text.strip().rpartition(":")
+    if not sep:
+        host = "127.0.0.1"
+    host = host.removeprefix("[").removesuffix("]") if host.startswith("[") else host
+    _require(
+        port.isdigit() and 0 <= int(port) <= MAX_PORT,
+        key,
+        f"must be [HOST:]PORT with a port from 0 to 65535 (e.g. 127.0.0.1:8765), not {text!r}",
+    )
+    _require(bool(host) and " " not in host, key, f"has an empty or invalid host in {text!r}")
+    return ListenAddress(host, int(port))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FoxgloveSettings:
+    """Live view in Foxglove over its WebSocket protocol (docs in the README).
+
+    Attributes:
+        enabled: Serve the decoded topics; off unless asked for (``record --foxglove``).
+        listen: ``[HOST:]PORT`` of the WebSocket server; beyond 127.0.0.1 is an explicit choice.
+        tls_cert_file: PEM certificate: serve ``wss://`` only (needs ``tls_key_file``).
+        tls_key_file: PEM PKCS#8 private key of ``tls_cert_file``.
+        default_rate_hz: Per (topic, multi_id) rate cap; 0: every sample.
+        backlog: Messages queued per viewer; a slow viewer loses the oldest beyond this.
+    """
+
+    enabled: bool = False
+    listen: str = f"127.0.0.1:{FOXGLOVE_DEFAULT_PORT}"
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    default_rate_hz: float = 10.0
+    backlog: int = 1024
+
+    def __post_init__(self) -> None:
+        parse_listen(self.listen)
+        _require(
+            (self.tls_cert_file is None) == (self.tls_key_file is None),
+            "foxglove.tls_key_file" if self.tls_key_file is None else "foxglove.tls_cert_file",
+            "must be set too: TLS needs foxglove.tls_cert_file and foxglove.tls_key_file",
+        )
+        _check_non_negative("foxglove.default_rate_hz", self.default_rate_hz, " Hz")
+        _require(self.backlog >= 1, "foxglove.backlog", f"must be >= 1, not {self.backlog}")
+
+    def address(self) -> ListenAddress:
+        """The parsed :attr:`listen`."""
+        return parse_listen(self.listen)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LogSettings:
     """Our own diagnostics.
@@ -279,6 +349,7 @@ class Settings:
     link: LinkSettings = field(default_factory=LinkSettings)
     recording: RecordingSettings = field(default_factory=RecordingSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
+    foxglove: FoxgloveSettings = field(default_factory=FoxgloveSettings)
     log: LogSettings = field(default_factory=LogSettings)
     systemd: SystemdSettings = field(default_factory=SystemdSettings)
 
@@ -287,6 +358,7 @@ GROUPS: dict[str, type[DataclassInstance]] = {
     "link": LinkSettings,
     "recording": RecordingSettings,
     "mqtt": MqttSettings,
+    "foxglove": FoxgloveSettings,
     "log": LogSettings,
     "systemd": SystemdSettings,
 }
@@ -438,6 +510,7 @@ def load_settings(
             link=LinkSettings(**groups.get("link", {})),  # type: ignore[arg-type]
             recording=RecordingSettings(**groups.get("recording", {})),  # type: ignore[arg-type]
             mqtt=MqttSettings(**groups.get("mqtt", {})),  # type: ignore[arg-type]
+            foxglove=FoxgloveSettings(**groups.get("foxglove", {})),  # type: ignore[arg-type]
             log=LogSettings(**groups.get("log", {})),  # type: ignore[arg-type]
             systemd=SystemdSettings(**groups.get("systemd", {})),  # type: ignore[arg-type]
         )

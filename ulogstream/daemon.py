@@ -26,6 +26,7 @@ from ulogstream.adapters.file_sink import (
     UlgFileSink,
     recover_partial_files,
 )
+from ulogstream.adapters.foxglove_sink import FoxgloveSink, build_foxglove
 from ulogstream.adapters.log_files import (
     DiskFull,
     FileEvent,
@@ -175,6 +176,7 @@ class Pipeline:
         files: The recording thread's handle (every disk call happens there).
         status: Counters shared with the status line.
         publisher: The MQTT side, or None.
+        foxglove: The Foxglove live view, or None; offered the events after MQTT.
         on_log_ended: Called with the finished log (``--once`` uses it).
     """
 
@@ -186,6 +188,7 @@ class Pipeline:
         files: LogFiles,
         status: RecorderStatus,
         publisher: Publisher | None = None,
+        foxglove: FoxgloveSink | None = None,
         on_log_ended: Callable[[LogEnded], None] | None = None,
     ) -> None:
         self.codec = codec
@@ -195,6 +198,7 @@ class Pipeline:
         """The vehicle's UDP address that sends go to (None: the link's one peer)."""
         self.status = status
         self.publisher = publisher
+        self.foxglove = foxglove
         self._on_log_ended = on_log_ended
         self._send: Callable[[bytes], None] = _drop
         self._parser: ULogParser | None = None
@@ -271,12 +275,18 @@ class Pipeline:
             held = self.publisher.policy.flush_due(now)
             if held:
                 self.publisher.offer(held)
+        if self.foxglove is not None:
+            held = self.foxglove.policy.flush_due(now)
+            if held:
+                self.foxglove.offer(held)
 
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`timer` has something to do."""
         deadlines = [self.session.next_deadline(), self.files.next_flush_deadline()]
         if self.publisher is not None:
             deadlines.append(self.publisher.policy.next_deadline())
+        if self.foxglove is not None:
+            deadlines.append(self.foxglove.policy.next_deadline())
         due = [d for d in deadlines if d is not None]
         return min(due) if due else None
 
@@ -364,6 +374,13 @@ class Pipeline:
             deadline = publisher.policy.next_deadline()
             if deadline is not None and deadline <= now:
                 publisher.offer(publisher.policy.flush_due(now))
+        foxglove = self.foxglove
+        if foxglove is not None:
+            now = self._decode_now
+            foxglove.events(events, now)
+            deadline = foxglove.policy.next_deadline()
+            if deadline is not None and deadline <= now:
+                foxglove.offer(foxglove.policy.flush_due(now))
 
     def _close_parser(self, now: float) -> None:
         """Decode what is left of the current log, then end its parser."""
@@ -375,6 +392,8 @@ class Pipeline:
         self._count(events)
         if self.publisher is not None:
             self.publisher.events(events, now)
+        if self.foxglove is not None:
+            self.foxglove.events(events, now)
 
     def _count(self, events: list[ULogEvent]) -> None:
         topics = self.status.topics
@@ -443,15 +462,16 @@ class Pipeline:
                     self.stop(time.monotonic())
 
     def _publish_log_started(self, path: Path | None) -> None:
-        if self.publisher is not None:
-            self.publisher.offer(
-                self.publisher.policy.log_started(
-                    wall_time=time.time(),
-                    now=time.monotonic(),
-                    log_file=None if path is None else str(path),
-                    first_timestamp_us=self._log_timestamp_us or None,
+        for outlet in (self.publisher, self.foxglove):
+            if outlet is not None:
+                outlet.offer(
+                    outlet.policy.log_started(
+                        wall_time=time.time(),
+                        now=time.monotonic(),
+                        log_file=None if path is None else str(path),
+                        first_timestamp_us=self._log_timestamp_us or None,
+                    )
                 )
-            )
 
     def refresh_status(self) -> None:
         """Copy the counters of the session, codec, sink and MQTT into :attr:`status`."""
@@ -599,6 +619,8 @@ class Recorder:
         self._ignored_systems: set[int] = set()
         self._impostor_warned = False
         self.publisher = build_publisher(settings.mqtt)
+        self.foxglove = build_foxglove(settings.foxglove)
+        """The Foxglove live view of the first vehicle (``[foxglove]``), or None."""
         self._spec = parse_connection(settings.link.connection, default_baud=settings.link.baud)
         key_file = settings.link.signing_key_file
         self._signing_key = None if key_file is None else load_signing_key(key_file)
@@ -621,6 +643,8 @@ class Recorder:
 
     async def run(self) -> int:
         """Run until stopped; the exit code is 0 unless the stream could not be recorded."""
+        if self.foxglove is not None:
+            self.foxglove.start()  # a port in use fails here, before anything is recorded
         out_dir = self.settings.recording.out_dir
         for recovered in await asyncio.to_thread(recover_partial_files, out_dir):
             logger.warning("%s", recovered.message)
@@ -644,6 +668,8 @@ class Recorder:
                     await pipeline.files.aclose()  # every file finished (fsync, rename) first
                 for publisher in self._publishers():
                     publisher.offer([publisher.policy.offline_status(time.monotonic())])
+                if self.foxglove is not None:
+                    self.foxglove.offer([self.foxglove.policy.offline_status(time.monotonic())])
                 if self.publisher is not None:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
@@ -657,6 +683,8 @@ class Recorder:
             self._notifier.stopping()
             for pipeline in self.vehicles.values():
                 await pipeline.files.aclose()
+            if self.foxglove is not None:
+                self.foxglove.stop()
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 for signum in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(signum)
@@ -686,8 +714,9 @@ class Recorder:
         recording = self.settings.recording
         folder = f"{VEHICLE_FOLDER}{system_id}"
         where = recording.out_dir if home else recording.out_dir / folder
+        foxglove = None
         if home:
-            sink, publisher = self.sink, self.publisher
+            sink, publisher, foxglove = self.sink, self.publisher, self.foxglove
         else:
             sink = UlgFileSink.from_settings(replace(recording, out_dir=where))
             publisher = None
@@ -702,6 +731,7 @@ class Recorder:
             files=LogFiles(sink, partial(self._file_event, system_id)),
             status=status,
             publisher=publisher,
+            foxglove=foxglove,
             on_log_ended=self._log_ended,
         )
         self.vehicles[system_id] = pipeline
@@ -974,6 +1004,12 @@ class Recorder:
                             now, state=vehicle.status.state, fields=status_fields(vehicle.status)
                         )
                     )
+                if vehicle.foxglove is not None:
+                    vehicle.foxglove.offer(
+                        vehicle.foxglove.policy.update_status(
+                            now, state=vehicle.status.state, fields=status_fields(vehicle.status)
+                        )
+                    )
             elapsed = now - last_time
             if elapsed >= 1.0:
                 self.status.bytes_per_s = (self.status.bytes_total - last_bytes) / elapsed
@@ -1033,6 +1069,8 @@ class Recorder:
         if self.publisher is not None:
             link = "up" if status.mqtt_connected else "down"
             text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
+        if self.foxglove is not None:
+            text += f", foxglove {self.foxglove.url}"
         return text
 
     def _draw_status(self, *, final: bool = False) -> None:

@@ -18,8 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ulogstream.config import LinkSettings, MqttSettings, RecordingSettings, Settings
+from ulogstream.adapters.foxglove_sink import foxglove_url
+from ulogstream.config import (
+    FoxgloveSettings,
+    LinkSettings,
+    MqttSettings,
+    RecordingSettings,
+    SettingError,
+    Settings,
+    parse_listen,
+)
 from ulogstream.daemon import Recorder, RecorderStatus
+from ulogstream.errors import ConfigError
 from ulogstream.sim import USB_LINK_RATE
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.flightlog import generate_flight_log
@@ -54,6 +64,7 @@ class DemoOptions:
         loss: Probability that the link loses a LOGGING_DATA packet.
         seed: Seeds the flight and the losses: equal options give equal runs.
         mqtt_url: Also publish live to this broker (``mqtt://HOST[:PORT]``).
+        foxglove_listen: Also serve a Foxglove live view at this ``[HOST:]PORT``.
     """
 
     out_dir: Path = Path("recordings")
@@ -62,6 +73,23 @@ class DemoOptions:
     loss: float = 0.01
     seed: int = 1
     mqtt_url: str | None = None
+    foxglove_listen: str | None = None
+
+
+def foxglove_hint(listen: str) -> str:
+    """How to watch the demo in Foxglove, for ``--foxglove [HOST:]PORT``.
+
+    Raises:
+        ConfigError: ``listen`` is not ``[HOST:]PORT``.
+    """
+    try:
+        address = parse_listen(listen, "--foxglove")
+    except SettingError as err:
+        raise ConfigError(str(err)) from None
+    return (
+        f"Watch it live in Foxglove: Open connection > Foxglove WebSocket > "
+        f"{foxglove_url(address, tls=False)}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +127,10 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
             link=LinkSettings(connection=f"udpin:127.0.0.1:{port}"),
             recording=RecordingSettings(out_dir=options.out_dir, min_free_mb=50),
             mqtt=MqttSettings(url=options.mqtt_url, vehicle_id="demo"),
+            foxglove=FoxgloveSettings(
+                enabled=options.foxglove_listen is not None,
+                listen=options.foxglove_listen or FoxgloveSettings().listen,
+            ),
         )
         recorder = Recorder(settings, once=True)
         recorder_task = asyncio.create_task(recorder.run())

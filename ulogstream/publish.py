@@ -208,7 +208,7 @@ class _RowEncoder:
     def __init__(self, dtype: np.dtype[np.void]) -> None:
         layout = _field_layout(dtype)
         self.itemsize = dtype.itemsize
-        self.keys = [name for name in layout if name != TIMESTAMP_FIELD]
+        self.keys = self.keys_of(dtype)
         # (kind, gather dtype) -> (byte index into a row, output columns); kind: f, i or b
         groups: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
         self.char_fields: list[tuple[str, int]] = []
@@ -228,6 +228,11 @@ class _RowEncoder:
         ]
         key_part = "".join(f",{json.dumps(k).replace('%', '%%')}:%s" for k in self.keys)
         self.template = '{"t":%s,"timestamp":%d' + key_part + "}"
+
+    @staticmethod
+    def keys_of(dtype: np.dtype[np.void]) -> list[str]:
+        """The keys of a row's object after ``t`` and ``timestamp``, in payload order."""
+        return [name for name in _field_layout(dtype) if name != TIMESTAMP_FIELD]
 
     def columns(self, rows: npt.NDArray[np.void]) -> list[list[object]]:
         """Each row's values in key order, formatted as JSON text (numbers, null, strings)."""
@@ -274,6 +279,47 @@ class _RowEncoder:
             packed: bytes = msgpack.packb(obj)
             payloads.append(packed)
         return payloads
+
+
+_JSON_TYPES: dict[str, JsonValue] = {
+    "f": ["number", "null"],  # NaN and Inf are null
+    "b": "boolean",
+    "S": "string",  # char[N], cut at the first NUL
+}
+
+
+def row_json_schema(name: str, dtype: np.dtype[np.void]) -> dict[str, JsonValue]:
+    """A JSON Schema of the JSON sample objects :class:`_RowEncoder` builds for ``dtype``.
+
+    The same keys in the same order: ``t`` (wall-clock seconds), ``timestamp`` (vehicle time in
+    microseconds), then every field as pyulog flattens it (``q[0]``, ``nested.sub``).
+    """
+    properties: dict[str, JsonValue] = {
+        "t": {"type": "number", "description": "wall-clock time of the sample, epoch seconds"},
+        TIMESTAMP_FIELD: {"type": "integer", "description": "vehicle time, microseconds"},
+    }
+    for key in _RowEncoder.keys_of(dtype):
+        kind = np.dtype(_field_layout(dtype)[key][0]).kind
+        properties[key] = {"type": _JSON_TYPES.get(kind, "integer")}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": name,
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+    }
+
+
+def json_sample_time(payload: bytes) -> float:
+    """The ``t`` of a JSON sample payload of :class:`_RowEncoder` (its first key), unparsed.
+
+    Raises:
+        ValueError: ``payload`` is not such a sample.
+    """
+    if not payload.startswith(b'{"t":'):
+        msg = "not a JSON sample payload"
+        raise ValueError(msg)
+    return float(payload[5 : payload.index(b",", 5)])
 
 
 def _field_layout(dtype: np.dtype[np.void]) -> dict[str, tuple[str, int, int]]:
@@ -606,7 +652,7 @@ class PublishPolicy:
             multi_id=sub.multi_id,
             encoder=encoder,
             period=0.0 if rate == 0 else 1.0 / rate,
-            json_topic=f"{self._base}/json/{suffix}",
+            json_topic=self.json_topic(sub.name, sub.multi_id),
             msgpack_topic=f"{self._base}/msgpack/{suffix}",
             raw_topic=f"{self._base}/ulog/{suffix}",
             raw_properties=(("ulog_format", sub.name), ("ulog_schema", self._schema_topic(sub))),
@@ -794,6 +840,15 @@ class PublishPolicy:
         body = ",".join(f"{json.dumps(n)}:{_json_number(v)}" for n, v in self._params.items())
         return self._retained("params", f"{{{body}}}".encode())
 
+    def json_topic(self, name: str, multi_id: int) -> str:
+        """The topic of the JSON samples of topic instance ``(name, multi_id)``."""
+        return f"{self._base}/json/{name}/{multi_id}"
+
+    @property
+    def log_topic(self) -> str:
+        """The topic of logged strings."""
+        return f"{self._base}/log"
+
     def _schema_topic(self, sub: Subscription) -> str:
         return f"{self._base}/schema/{sub.name}"
 
@@ -829,7 +884,7 @@ class PublishPolicy:
             "text": event.text,
         }
         return MqttMessage(
-            f"{self._base}/log", _dumps(obj), qos=self.settings.qos, content_type=JSON_CONTENT_TYPE
+            self.log_topic, _dumps(obj), qos=self.settings.qos, content_type=JSON_CONTENT_TYPE
         )
 
 

@@ -39,7 +39,7 @@ from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.spec import PADDING_PREFIX, TYPE_SIZES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Container, Iterator, Mapping, Sequence
     from pathlib import Path
 
     import numpy.typing as npt
@@ -114,6 +114,17 @@ def ros_topic(name: str, multi_id: int) -> str:
     named ``rosout``), the export uses ``/{name}/instance_{multi_id}`` and reports it.
     """
     return f"/{name}" if multi_id == 0 else f"/{name}_{multi_id}"
+
+
+def instance_topic(name: str, multi_id: int, taken: Container[str]) -> str:
+    """The topic of an instance given the names ``taken`` by others: :func:`ros_topic` if free.
+
+    ``foo`` instance 1 and a topic ``foo_1`` instance 0 would share a name (and a topic named
+    ``rosout`` the log's): the later one becomes ``/{name}/instance_{multi_id}``. The MCAP
+    export and the live Foxglove view name topics with it, so one layout serves both.
+    """
+    topic = ros_topic(name, multi_id)
+    return f"/{name}/instance_{multi_id}" if topic in taken else topic
 
 
 def is_padding(field: FieldDefinition) -> bool:
@@ -598,13 +609,11 @@ class _RosExport:
             )
             self.instances[key] = None
             return None
-        topic = ros_topic(subscription.name, subscription.multi_id)
-        if topic in self.topics:  # "foo" instance 1 and "foo_1" instance 0 would share a name
-            taken = topic
-            topic = f"/{subscription.name}/instance_{subscription.multi_id}"
+        topic = instance_topic(subscription.name, subscription.multi_id, self.topics)
+        if topic != ros_topic(subscription.name, subscription.multi_id):
             self.problem(
                 f"topic {subscription.name} instance {subscription.multi_id} written to {topic}: "
-                f"{taken} is another topic instance"
+                f"{ros_topic(subscription.name, subscription.multi_id)} is another topic instance"
             )
         self.topics.add(topic)
         instance = _Instance(self.sink.add_connection(topic, converter.typename), converter)

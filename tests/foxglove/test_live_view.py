@@ -1,0 +1,411 @@
+"""The Foxglove live view with a real viewer: Foxglove's own protocol client (Node) on a real log.
+
+``ulogstream sim`` streams a shared real PX4 log over UDP at USB speed, again and again
+(``--repeat``; the recorder ends each log after 1 s without data and asks for the next), into
+``ulogstream record --foxglove`` at rate 0. Viewers are ``tests/node/foxglove_client.mjs`` built
+on ``@foxglove/ws-protocol``: one connected from the start, one connecting in the middle, and one
+killed while data flows. The oracle is pyulog reading the recorded files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from conftest import shared_ulg
+from pyulog import ULog
+from waiting import wait_until
+
+from ulogstream.demo import free_udp_port
+from ulogstream.export.rostypes import ros_topic
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+NODE_DIR = Path(__file__).resolve().parents[1] / "node"
+CLIENT_SCRIPT = NODE_DIR / "foxglove_client.mjs"
+SAMPLE = "px4-ulog-rs__6ba1abc7-b433-4029-b8f5-3b2bb12d3b6c.ulg"
+"""SITL v1.8.0: 34 topic instances, 20390 rows, 2 logged strings, nested formats (MIT)."""
+LOGS = 3
+"""Logs streamed before the recorder is stopped."""
+
+pytestmark = [pytest.mark.shared, pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def node_client_installed() -> None:
+    """Skip with the reason when Node or the npm packages are missing; install them if npm is."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for the Foxglove client tests (Debian: nodejs, npm)")
+    if not (NODE_DIR / "node_modules" / "@foxglove" / "ws-protocol").is_dir():
+        result = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund"],
+            cwd=NODE_DIR,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=180,
+        )
+        if result.returncode != 0:
+            pytest.skip(f"npm install in {NODE_DIR} failed: {result.stderr.strip()[-300:]}")
+
+
+class Viewer:
+    """A running ``foxglove_client.mjs``: its output lines, parsed, as they come."""
+
+    def __init__(self, url: str) -> None:
+        node = shutil.which("node")
+        assert node is not None
+        self.process = subprocess.Popen(
+            [node, str(CLIENT_SCRIPT), url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.lines: list[dict[str, object]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(json.loads(line))
+
+    def of_kind(self, kind: str) -> list[dict[str, object]]:
+        return [line for line in list(self.lines) if line["kind"] == kind]
+
+    def messages(self, topic: str) -> list[dict[str, object]]:
+        return [m for m in self.of_kind("message") if m["topic"] == topic]
+
+    def command(self, text: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text + "\n")
+        self.process.stdin.flush()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+        self._reader.join(timeout=10)
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+@dataclass
+class Run:
+    """What one recorder run with its viewers produced."""
+
+    source: Path
+    recordings: list[Path]
+    first: Viewer
+    late: Viewer
+    killed_while_receiving: int
+    parameters: list[dict[str, object]] = field(default_factory=list)
+
+
+def _stderr_text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.fixture(scope="module", name="run")
+def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    source = shared_ulg(SAMPLE)
+    node_client_installed()
+    tmp = tmp_path_factory.mktemp("foxglove")
+    port = free_udp_port()
+    exe = [sys.executable, "-m", "ulogstream"]
+    rec_err = tmp / "record.err"
+    with rec_err.open("w") as err:
+        recorder = subprocess.Popen(
+            [
+                *exe,
+                "record",
+                f"udpin:127.0.0.1:{port}",
+                "--out",
+                str(tmp / "rec"),
+                "--foxglove",
+                "127.0.0.1:0",
+                "--foxglove-rate",
+                "0",
+                "--idle-timeout",
+                "1",
+                "--set",
+                "foxglove.backlog=200000",
+                "--no-status",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    viewers: list[Viewer] = []
+    sim: subprocess.Popen[bytes] | None = None
+    try:
+        found: list[str] = []
+
+        def url_logged() -> bool:
+            found[:] = re.findall(r"Foxglove live view at (ws://\S+)", _stderr_text(rec_err))
+            return bool(found)
+
+        wait_until(url_logged, what="the recorder's Foxglove URL in its log")
+        first = Viewer(found[0])
+        viewers.append(first)
+        wait_until(lambda: bool(first.of_kind("open")), what="the first viewer connected")
+        sim = subprocess.Popen(
+            [
+                *exe,
+                "sim",
+                str(source),
+                f"udpout:127.0.0.1:{port}",
+                "--rate",
+                "usb",
+                "--speed",
+                "max",
+                "--repeat",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def logs_finished() -> int:
+            return _stderr_text(rec_err).count("log finished:")
+
+        def logs_opened() -> int:
+            return _stderr_text(rec_err).count(": recording ")
+
+        wait_until(lambda: logs_opened() >= 2, limit=60, what="the second log opened")
+        late = Viewer(found[0])
+        viewers.append(late)
+        doomed = Viewer(found[0])
+        viewers.append(doomed)
+        wait_until(
+            lambda: len(doomed.of_kind("message")) > 100, what="the third viewer receiving data"
+        )
+        doomed.process.kill()  # vanishes mid-stream, without closing
+        received = len(doomed.of_kind("message"))
+        wait_until(lambda: logs_finished() >= LOGS, limit=90, what=f"{LOGS} logs finished")
+        first.command("params")
+        wait_until(lambda: bool(first.of_kind("parameters")), what="the parameters answered")
+        recorder.send_signal(signal.SIGINT)
+        assert recorder.wait(timeout=60) == 0, _stderr_text(rec_err)
+        wait_until(lambda: bool(first.of_kind("close")), what="the first viewer saw the end")
+        recordings = sorted((tmp / "rec").rglob("*.ulg"))
+        parameters = first.of_kind("parameters")[0]["parameters"]
+        assert isinstance(parameters, list)
+        yield Run(source, recordings, first, late, received, parameters)
+    finally:
+        for viewer in viewers:
+            viewer.close()
+        if sim is not None:
+            sim.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                sim.wait(timeout=10)
+        if recorder.poll() is None:
+            recorder.kill()
+            recorder.wait()
+
+
+# -- oracles ------------------------------------------------------------------------------------
+
+
+def pyulog_rows(files: list[Path]) -> dict[str, list[dict[str, object]]]:
+    """Every row of every file, in order, as ``{topic: [row, ...]}`` with MCAP topic names."""
+    out: dict[str, list[dict[str, object]]] = {}
+    for path in files:
+        ulog = ULog(str(path))
+        for data in ulog.data_list:
+            rows = out.setdefault(ros_topic(data.name, data.multi_id), [])
+            columns = data.data
+            kept = {k: v for k, v in columns.items() if "._padding" not in k}  # never published
+            rows.extend(
+                {key: values[i] for key, values in kept.items()}
+                for i in range(len(columns["timestamp"]))
+            )
+    return out
+
+
+def same_value(received: object, expected: object) -> bool:
+    if isinstance(expected, np.floating):
+        if not np.isfinite(expected):
+            return received is None
+        return isinstance(received, int | float) and bool(
+            np.asarray(received, dtype=expected.dtype) == expected
+        )
+    if isinstance(expected, np.bool_):
+        return received is bool(expected)
+    return isinstance(received, int) and received == int(expected)  # type: ignore[call-overload]
+
+
+def matches_schema(value: object, schema: dict[str, object]) -> bool:
+    """The checks of the JSON Schema keywords the sink uses (type, properties, required)."""
+    kinds = schema.get("type", [])
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    checks = {
+        "object": lambda v: isinstance(v, dict),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "string": lambda v: isinstance(v, str),
+        "null": lambda v: v is None,
+    }
+    assert isinstance(kinds, list)
+    if not any(checks[k](value) for k in kinds):
+        return False
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        assert isinstance(properties, dict)
+        required = schema.get("required", [])
+        assert isinstance(required, list)
+        if set(value) != set(properties) or not set(required) <= set(value):
+            return False
+        return all(matches_schema(value[k], properties[k]) for k in value)
+    return True
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+
+def test_every_topic_instance_is_advertised_with_a_valid_json_schema(run: Run) -> None:
+    advertised = {str(a["topic"]): a for a in run.first.of_kind("advertise")}
+    names = {ros_topic(d.name, d.multi_id): d.name for d in ULog(str(run.source)).data_list}
+    assert set(names) <= set(advertised)
+    for topic, name in names.items():
+        channel = advertised[topic]
+        assert (channel["encoding"], channel["schemaEncoding"]) == ("json", "jsonschema")
+        schema = json.loads(str(channel["schema"]))
+        assert schema["type"] == "object"
+        assert (channel["schemaName"], schema["title"]) == (name, name)
+        for message in run.first.messages(topic):
+            assert matches_schema(message["data"], schema), (topic, message)
+
+
+def test_at_rate_0_every_row_arrives_with_pyulog_values(run: Run) -> None:
+    """Each viewer's messages are every row of the recorded logs, in order, with their values.
+
+    The first log's first rows of a topic may pass before the viewer's subscription reaches the
+    server (it subscribes when the topic is advertised); every later log arrives whole.
+    """
+    expected = pyulog_rows(run.recordings)
+    first_log = pyulog_rows(run.recordings[:1])
+    last_log = pyulog_rows(run.recordings[-1:])
+    for topic, rows in expected.items():
+        messages = run.first.messages(topic)
+        stamps = [m["data"]["timestamp"] for m in messages]  # type: ignore[index]
+        missed_at_start = len(rows) - len(messages)
+        # what is missing is at the start of the first log (or the stopped last one's end)
+        start = next(
+            i
+            for i in range(len(first_log.get(topic, [])) + 1)
+            if [r["timestamp"] for r in rows[i : i + len(stamps)]] == stamps
+        )
+        assert start + len(messages) >= len(rows) - len(last_log.get(topic, [])), topic
+        assert missed_at_start >= 0
+        for message, row in zip(messages, rows[start:], strict=False):
+            data = message["data"]
+            assert isinstance(data, dict)
+            assert data.keys() - {"t"} == row.keys(), topic
+            for key, value in row.items():
+                assert same_value(data[key], value), (topic, key, data[key], value)
+            assert int(str(message["logTime"])) == round(data["t"] * 1e9)
+
+
+def test_every_whole_log_counts_exactly_pyulogs_rows(run: Run) -> None:
+    source = pyulog_rows([run.source])
+    counts = {topic: len(run.first.messages(topic)) for topic in source}
+    whole_logs = len(run.recordings) - 2  # the first may miss its start, the last its end
+    assert whole_logs >= 1
+    for topic, rows in source.items():
+        assert counts[topic] >= whole_logs * len(rows), topic
+        assert counts[topic] <= len(run.recordings) * len(rows), topic
+
+
+def test_logged_strings_arrive_on_the_log_channel_with_levels(run: Run) -> None:
+    [channel] = [a for a in run.first.of_kind("advertise") if a["topic"] == "/rosout"]
+    assert channel["schemaName"] == "foxglove.Log"
+    ulog = ULog(str(run.source))
+    expected = [(m.message, m.log_level) for m in ulog.logged_messages]
+    received = [m["data"] for m in run.first.messages("/rosout")]
+    texts = [(d["message"], d["level"]) for d in received]  # type: ignore[index]
+    px4_to_foxglove = {ord("3"): 4, ord("4"): 3, ord("6"): 2, ord("7"): 1}  # syslog digits
+    one_log = [(text, px4_to_foxglove[level]) for text, level in expected]
+    assert texts[-len(one_log) :] == one_log or texts[: len(one_log)] == one_log
+    assert len(texts) >= (len(run.recordings) - 1) * len(one_log)
+
+
+def test_status_channel_shows_the_recorder_counters(run: Run) -> None:
+    statuses = [m["data"] for m in run.first.messages("/ulogstream/status")]
+    assert statuses
+    last = statuses[-1]
+    assert isinstance(last, dict)
+    assert {"state", "log_file", "log_bytes", "packets", "gaps", "dropouts"} <= last.keys()
+    assert any(isinstance(s, dict) and s.get("packets", 0) > 0 for s in statuses)
+
+
+def test_parameters_are_served_through_the_parameter_capability(run: Run) -> None:
+    ulog = ULog(str(run.source))
+    served = {str(p["name"]): p["value"] for p in run.parameters}
+    assert served.keys() == ulog.initial_parameters.keys()
+    for name, value in ulog.initial_parameters.items():
+        assert isinstance(served[name], int | float), name
+        assert np.float32(served[name]) == np.float32(value), name  # type: ignore[arg-type]
+
+
+def test_a_viewer_connecting_mid_log_receives_the_channels(run: Run) -> None:
+    topics = {a["topic"] for a in run.late.of_kind("advertise")}
+    assert set(pyulog_rows([run.source])) | {"/rosout", "/ulogstream/status"} <= topics
+    assert run.late.of_kind("message")
+
+
+def test_a_viewer_killed_mid_stream_changes_nothing_in_the_recording(run: Run) -> None:
+    """The viewer is killed during the second log: it is byte for byte the first and the third."""
+    assert run.killed_while_receiving > 0
+    complete = run.recordings[:LOGS]
+    assert len(complete) == LOGS
+    first = complete[0].read_bytes()
+    for recording in complete[1:]:
+        assert recording.read_bytes() == first, recording
+    assert ULog(str(complete[1])).data_list  # a whole log, not an empty one
+
+
+def test_port_in_use_is_one_line(tmp_path: Path) -> None:
+    node_client_installed()
+    with contextlib.closing(__import__("socket").socket()) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ulogstream",
+                "record",
+                f"udpin:127.0.0.1:{free_udp_port()}",
+                "--out",
+                str(tmp_path),
+                "--foxglove",
+                f"127.0.0.1:{port}",
+                "--no-status",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"ulogstream: error: foxglove.listen 127.0.0.1:{port}:")
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,75 @@
+// A Foxglove WebSocket viewer for the tests, built on Foxglove's own protocol client.
+//
+// Usage: node foxglove_client.mjs ws://HOST:PORT
+// It subscribes to every channel the server advertises and prints one JSON object per line:
+//   {"kind":"open"}
+//   {"kind":"advertise","id":N,"topic":"/x","encoding":"json","schemaName":"x",
+//    "schemaEncoding":"jsonschema","schema":"{...}"}
+//   {"kind":"unadvertise","ids":[N]}
+//   {"kind":"message","topic":"/x","logTime":"<ns>","data":{...}}
+//   {"kind":"parameters","parameters":[{"name":"P","value":1}]}
+//   {"kind":"close"}
+// Lines read from stdin are commands: "params" asks for every parameter, "quit" closes.
+import { createRequire } from "node:module";
+import { createInterface } from "node:readline";
+
+const require = createRequire(import.meta.url);
+const { FoxgloveClient } = require("@foxglove/ws-protocol");
+const { WebSocket } = require("ws");
+
+const url = process.argv[2];
+if (!url) {
+  process.stderr.write("usage: node foxglove_client.mjs ws://HOST:PORT\n");
+  process.exit(2);
+}
+
+// foxglove-sdk 0.30 accepts "foxglove.sdk.v1" only; the client speaks the older name too.
+const ws = new WebSocket(url, ["foxglove.sdk.v1", FoxgloveClient.SUPPORTED_SUBPROTOCOL]);
+const client = new FoxgloveClient({ ws });
+const topics = new Map(); // subscription id -> topic
+const decoder = new TextDecoder();
+
+function emit(obj) {
+  process.stdout.write(JSON.stringify(obj) + "\n");
+}
+
+client.on("open", () => emit({ kind: "open" }));
+client.on("error", (err) => process.stderr.write(`client error: ${err}\n`));
+client.on("close", () => {
+  emit({ kind: "close" });
+  process.exit(0);
+});
+client.on("advertise", (channels) => {
+  for (const channel of channels) {
+    emit({
+      kind: "advertise",
+      id: channel.id,
+      topic: channel.topic,
+      encoding: channel.encoding,
+      schemaName: channel.schemaName,
+      schemaEncoding: channel.schemaEncoding,
+      schema: channel.schema,
+    });
+    topics.set(client.subscribe(channel.id), channel.topic);
+  }
+});
+client.on("unadvertise", (ids) => emit({ kind: "unadvertise", ids }));
+client.on("message", ({ subscriptionId, timestamp, data }) => {
+  const text = decoder.decode(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+  emit({
+    kind: "message",
+    topic: topics.get(subscriptionId),
+    logTime: timestamp.toString(),
+    data: JSON.parse(text),
+  });
+});
+client.on("parameterValues", ({ parameters }) => emit({ kind: "parameters", parameters }));
+
+createInterface({ input: process.stdin }).on("line", (line) => {
+  const command = line.trim();
+  if (command === "params") {
+    client.getParameters([], "all");
+  } else if (command === "quit") {
+    client.close();
+  }
+});

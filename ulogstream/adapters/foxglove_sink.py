@@ -1,0 +1,429 @@
+"""Live view in Foxglove: parser events served over the Foxglove WebSocket protocol.
+
+The decoded topics go out as Foxglove channels from the Foxglove SDK's WebSocket server
+(``foxglove-sdk``), whose Rust core does the socket work on its own threads: logging a message
+is a non-blocking hand-over, so a slow or vanished viewer never delays an ack, the file or MQTT.
+Each viewer has a bounded backlog (``foxglove.backlog``); when it is full the oldest messages are
+dropped for that viewer alone.
+
+What is sent is what MQTT sends: a :class:`~ulogstream.publish.PublishPolicy` of its own (this
+sink's rate cap) chooses the rows and builds the JSON sample objects, so fields, NaN-as-null and
+wall-clock ``t`` are those of the MQTT JSON payloads. The sink routes its messages:
+
+- samples of topic instance ``(name, multi_id)`` to a channel named as in the MCAP export
+  (``/vehicle_attitude``, ``/sensor_accel_1``), JSON-encoded with a JSON Schema of the row;
+  the message's log time is the sample's ``t``;
+- logged strings to ``/rosout`` (the MCAP export's log topic) with the well-known
+  ``foxglove.Log`` schema, so the Log panel shows them with their levels;
+- the recorder's status (file, bytes, packets, gaps, dropouts) to ``/ulogstream/status``.
+
+The log's parameters are served through the server's parameter capability (read-only).
+Topic instances nobody watches cost nothing: their rows are not encoded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, Final
+
+import foxglove
+from foxglove.websocket import Capability, ServerListener
+
+from ulogstream.errors import UlogstreamError
+from ulogstream.export.rostypes import LOG_TOPIC, PARAMETER_TOPIC, instance_topic
+from ulogstream.publish import (
+    JsonValue,
+    MqttMessage,
+    PublishPolicy,
+    PublishSettings,
+    json_sample_time,
+    row_json_schema,
+)
+from ulogstream.ulog.events import (
+    DataRows,
+    DefinitionsEnd,
+    FileHeader,
+    Parameter,
+    Subscription,
+    ULogEvent,
+)
+from ulogstream.ulog.gps_time import GPS_UTC_TOPICS
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from foxglove.websocket import Client, WebSocketServer
+
+    from ulogstream.config import FoxgloveSettings, ListenAddress
+
+logger = logging.getLogger("ulogstream")
+
+SDK_CLIENT_LOGGER: Final = "foxglove.websocket.connected_client"
+"""Where the SDK logs what a viewer asked for (the SDK's Rust logs go to Python logging)."""
+
+_UNKNOWN_CHANNEL = re.compile(r"subscribe to unknown channel: (\d+)")
+
+STATUS_TOPIC: Final = "/ulogstream/status"
+"""The recorder's status objects (the MQTT ``meta/status`` object)."""
+
+LOG_SCHEMA_NAME: Final = "foxglove.Log"
+
+LOG_SCHEMA: Final[dict[str, JsonValue]] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": LOG_SCHEMA_NAME,
+    "type": "object",
+    "properties": {
+        "timestamp": {
+            "type": "object",
+            "properties": {"sec": {"type": "integer"}, "nsec": {"type": "integer"}},
+        },
+        "level": {"type": "integer", "enum": [0, 1, 2, 3, 4, 5]},
+        "message": {"type": "string"},
+        "name": {"type": "string"},
+        "file": {"type": "string"},
+        "line": {"type": "integer"},
+    },
+}
+"""Foxglove's ``foxglove.Log`` message as a JSON Schema (levels: 0 unknown, 1 debug, 2 info,
+3 warning, 4 error, 5 fatal)."""
+
+STATUS_SCHEMA: Final[dict[str, JsonValue]] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "ulogstream.Status",
+    "type": "object",
+    "properties": {
+        "online": {"type": "boolean"},
+        "state": {"type": "string"},
+        "log_file": {"type": ["string", "null"]},
+        "log_bytes": {"type": "integer"},
+        "packets": {"type": "integer"},
+        "gaps": {"type": "integer"},
+        "packets_lost": {"type": "integer"},
+        "dropouts": {"type": "integer"},
+    },
+}
+
+# PX4's levels are syslog's ('0' emergency .. '7' debug): Foxglove's are 5 fatal .. 1 debug.
+_FOXGLOVE_LEVELS: Final = {0: 5, 1: 5, 2: 5, 3: 4, 4: 3, 5: 2, 6: 2, 7: 1}
+
+
+def foxglove_log(obj: dict[str, JsonValue]) -> tuple[dict[str, JsonValue], int]:
+    """A ``foxglove.Log`` object for an MQTT log object (``t``, ``level``, ``tag``, ``text``).
+
+    Returns:
+        The object and its time in nanoseconds since the epoch.
+    """
+    t = obj.get("t")
+    level = obj.get("level")
+    tag = obj.get("tag")
+    seconds = t if isinstance(t, int | float) else 0.0
+    nanoseconds = round(seconds * 1e9)
+    entry: dict[str, JsonValue] = {
+        "timestamp": {"sec": nanoseconds // 1_000_000_000, "nsec": nanoseconds % 1_000_000_000},
+        "level": _FOXGLOVE_LEVELS.get(level, 0) if isinstance(level, int) else 0,
+        "message": str(obj.get("text", "")),
+        "name": "px4" if tag is None else f"px4 tag {tag}",
+        "file": "",
+        "line": 0,
+    }
+    return entry, nanoseconds
+
+
+def foxglove_url(address: ListenAddress, *, tls: bool) -> str:
+    """The URL a viewer opens: ``ws://HOST:PORT`` (``wss://`` with TLS)."""
+    return f"{'wss' if tls else 'ws'}://{address}"
+
+
+class _Instance:
+    """One topic instance's channel."""
+
+    __slots__ = ("channel", "dtype", "name")
+
+    def __init__(self, name: str, dtype: object, channel: foxglove.Channel) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.channel = channel
+
+
+class FoxgloveSink:
+    """Parser events to Foxglove channels; the same interface as the daemon's ``Publisher``.
+
+    Args:
+        settings: The ``[foxglove]`` section.
+        policy: Chooses and encodes the rows (a policy of this sink's own, for its rate cap).
+    """
+
+    def __init__(self, settings: FoxgloveSettings, policy: PublishPolicy) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.address = settings.address()
+        self.url = foxglove_url(self.address, tls=settings.tls_cert_file is not None)
+        """Where viewers connect (the port is the bound one once :meth:`start` returned)."""
+        self._context = foxglove.Context()
+        self._server: WebSocketServer | None = None
+        self._by_msg_id: dict[int, _Instance] = {}
+        self._by_key: dict[tuple[str, int], _Instance] = {}
+        self._by_topic: dict[str, foxglove.Channel] = {}
+        """Channels by the policy's JSON topic."""
+        self._taken: set[str] = {LOG_TOPIC, PARAMETER_TOPIC, STATUS_TOPIC}
+        self._log_channel = self._json_channel(LOG_TOPIC, LOG_SCHEMA_NAME, LOG_SCHEMA)
+        self._status_channel = self._json_channel(STATUS_TOPIC, "ulogstream.Status", STATUS_SCHEMA)
+        self._params: dict[str, foxglove.Parameter] = {}
+        self._definitions_done = False
+        self._readvertise: set[int] = set()
+        """Channels a viewer could not subscribe to (added from the server's threads)."""
+        self._sdk_watch = _SdkLogWatch(self._readvertise)
+        self.readvertised = 0
+        """Channels advertised again because a viewer's subscription raced their advertisement."""
+        self.sent = 0
+        """Messages handed to the server (each reaches every viewer subscribed to it)."""
+
+    # -- the server ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen for viewers.
+
+        Raises:
+            UlogstreamError: The address cannot be listened on (in use, unknown host) or the TLS
+                files cannot be read; one line naming the setting.
+        """
+        settings = self.settings
+        tls_cert = tls_key = None
+        if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+            tls_cert = _read(settings.tls_cert_file, "foxglove.tls_cert_file")
+            tls_key = _read(settings.tls_key_file, "foxglove.tls_key_file")
+        address = self.address
+        logging.getLogger(SDK_CLIENT_LOGGER).addFilter(self._sdk_watch)
+        logging.getLogger(f"{SDK_CLIENT_LOGGER}.poller").addFilter(self._sdk_watch)
+        try:
+            self._server = foxglove.start_server(
+                name="ulogstream",
+                host=address.host,
+                port=address.port,
+                capabilities=[Capability.Parameters],
+                server_listener=_Listener(self),
+                context=self._context,
+                message_backlog_size=settings.backlog,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+            )
+        except (RuntimeError, ValueError) as err:
+            reason = str(err).removeprefix("FoxgloveError: ")
+            msg = (
+                f"foxglove.listen {address}: cannot listen for Foxglove viewers: {reason}; "
+                "choose another [HOST:]PORT (record --foxglove, or [foxglove] listen)"
+            )
+            raise UlogstreamError(msg) from None
+        if address.port == 0:
+            self.address = type(address)(address.host, self._server.port)
+            self.url = foxglove_url(self.address, tls=tls_cert is not None)
+        logger.info("Foxglove live view at %s (Open connection > Foxglove WebSocket)", self.url)
+
+    def stop(self) -> None:
+        """Close every channel and stop the server (viewers see it close)."""
+        for channel in [*self._by_topic.values(), self._log_channel, self._status_channel]:
+            channel.close()
+        self._by_topic.clear()
+        self._by_msg_id.clear()
+        self._by_key.clear()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        logging.getLogger(SDK_CLIENT_LOGGER).removeFilter(self._sdk_watch)
+        logging.getLogger(f"{SDK_CLIENT_LOGGER}.poller").removeFilter(self._sdk_watch)
+
+    # -- events (the Publisher interface) -------------------------------------------------------
+
+    def events(self, events: list[ULogEvent], now: float) -> None:
+        """Send what ``events`` cause; never waits (each viewer's backlog drops its oldest)."""
+        if self._readvertise:
+            self._advertise_again()
+        select = self.policy.select
+        for event in events:
+            if type(event) is DataRows:
+                instance = self._by_msg_id.get(event.subscription.msg_id)
+                if (
+                    instance is not None
+                    and not instance.channel.has_sinks()
+                    and instance.name not in GPS_UTC_TOPICS  # the wall clock's anchor
+                ):
+                    continue  # nobody watches: not encoded at all
+            else:
+                self._metadata(event)
+            messages = select(event, now)
+            if messages:
+                self.offer(messages)
+
+    def offer(self, messages: list[MqttMessage]) -> None:
+        """Send the policy's samples, logged strings and status to their channels."""
+        by_topic = self._by_topic
+        for message in messages:
+            channel = by_topic.get(message.topic)
+            if channel is not None:
+                time_ns = round(json_sample_time(message.payload) * 1e9)
+                channel.log(message.payload, log_time=time_ns)
+            elif message.topic == self.policy.status_topic:
+                self._status_channel.log(message.payload, log_time=time.time_ns())
+            elif message.topic == self.policy.log_topic:
+                entry, time_ns = foxglove_log(json.loads(message.payload))
+                self._log_channel.log(json.dumps(entry).encode(), log_time=time_ns)
+            else:
+                continue  # schemas, info, retained params: served otherwise or not at all
+            self.sent += 1
+
+    def parameters(self, names: list[str]) -> list[foxglove.Parameter]:
+        """The log's parameters named ``names`` (all of them when empty)."""
+        params = self._params
+        if not names:
+            return list(params.values())
+        return [params[name] for name in names if name in params]
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    def _metadata(self, event: ULogEvent) -> None:
+        match event:
+            case FileHeader():
+                self._new_log()
+            case Subscription():
+                self._subscribe(event)
+            case Parameter(name, value, _):
+                param = _parameter(name, value)
+                self._params = {**self._params, name: param}  # replaced whole: read by threads
+                if self._definitions_done and self._server is not None:
+                    self._server.publish_parameter_values([param])
+            case DefinitionsEnd():
+                self._definitions_done = True
+                if self._server is not None and self._params:
+                    self._server.publish_parameter_values(list(self._params.values()))
+            case _:
+                pass
+
+    def _new_log(self) -> None:
+        """A new log: new message ids and parameters.
+
+        Channels stay: a topic instance logged again with the same format keeps its channel, so
+        a viewer's subscriptions and plots carry on from one log to the next.
+        """
+        self._by_msg_id.clear()
+        self._params = {}
+        self._definitions_done = False
+
+    def _subscribe(self, sub: Subscription) -> None:
+        key = (sub.name, sub.multi_id)
+        instance = self._by_key.get(key)
+        if instance is None or instance.dtype != sub.dtype:
+            if instance is not None:  # the same instance again with another format
+                instance.channel.close()
+            topic = instance.channel.topic() if instance is not None else None
+            if topic is None:
+                topic = instance_topic(sub.name, sub.multi_id, self._taken)
+                self._taken.add(topic)
+            channel = self._json_channel(topic, sub.name, row_json_schema(sub.name, sub.dtype))
+            instance = self._by_key[key] = _Instance(sub.name, sub.dtype, channel)
+            self._by_topic[self.policy.json_topic(sub.name, sub.multi_id)] = channel
+        self._by_msg_id[sub.msg_id] = instance
+
+    def _advertise_again(self) -> None:
+        """Replace the channels a viewer failed to subscribe to: it subscribes to the new one.
+
+        foxglove-sdk 0.30 can take a viewer's subscription, sent the moment a channel is
+        advertised, before it knows the channel ("subscribe to unknown channel"); the viewer
+        would then show that topic empty for good. A channel with a new id fixes it.
+        """
+        ids = set(self._readvertise)
+        self._readvertise.difference_update(ids)
+        for key, instance in list(self._by_key.items()):
+            old = instance.channel
+            if old.id() not in ids:
+                continue
+            schema = old.schema()
+            assert schema is not None  # noqa: S101 (every instance channel has one)
+            channel = foxglove.Channel(
+                old.topic(), schema=schema, message_encoding="json", context=self._context
+            )
+            old.close()
+            instance.channel = channel
+            self._by_topic[self.policy.json_topic(*key)] = channel
+            self.readvertised += 1
+
+    def _json_channel(
+        self, topic: str, schema_name: str, schema: dict[str, JsonValue]
+    ) -> foxglove.Channel:
+        return foxglove.Channel(
+            topic,
+            schema=foxglove.Schema(
+                name=schema_name, encoding="jsonschema", data=json.dumps(schema).encode()
+            ),
+            message_encoding="json",
+            context=self._context,
+        )
+
+
+class _SdkLogWatch(logging.Filter):
+    """Watches the SDK's viewer log: failed subscriptions are noted, per-message errors muted.
+
+    A vanished viewer makes the SDK log one error per message it could not send: the first
+    "connection reset" says it all, so "Error sending message" records are dropped.
+    """
+
+    def __init__(self, readvertise: set[int]) -> None:
+        super().__init__()
+        self._readvertise = readvertise
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text.startswith("Error sending message to client"):
+            return False
+        unknown = _UNKNOWN_CHANNEL.search(text)
+        if unknown is not None:
+            self._readvertise.add(int(unknown.group(1)))  # set.add: atomic under the GIL
+        return True
+
+
+class _Listener(ServerListener):
+    """The server's callbacks (called on its threads): parameters are read-only."""
+
+    def __init__(self, sink: FoxgloveSink) -> None:
+        self._sink = sink
+
+    def on_get_parameters(
+        self, client: Client, param_names: list[str], request_id: str | None = None
+    ) -> list[foxglove.Parameter]:
+        del client, request_id
+        return self._sink.parameters(param_names)
+
+    def on_set_parameters(
+        self, client: Client, parameters: list[foxglove.Parameter], request_id: str | None = None
+    ) -> list[foxglove.Parameter]:
+        """The log's values stay: a recording's parameters cannot be changed from a viewer."""
+        del client, request_id
+        return self._sink.parameters([p.name for p in parameters])
+
+
+def _parameter(name: str, value: int | float) -> foxglove.Parameter:  # noqa: PYI041 (int and float are told apart)
+    if isinstance(value, float):
+        return foxglove.Parameter(name, value=value, type=foxglove.ParameterType.Float64)
+    return foxglove.Parameter(name, value=value)
+
+
+def _read(path: Path, key: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        msg = f"{key} {path} cannot be read: {err.strerror}"
+        raise UlogstreamError(msg) from None
+
+
+def foxglove_publish_settings(settings: FoxgloveSettings) -> PublishSettings:
+    """The policy settings of the Foxglove sink: JSON samples at its own rate cap."""
+    return PublishSettings(vehicle_id="foxglove", rate_hz=settings.default_rate_hz)
+
+
+def build_foxglove(settings: FoxgloveSettings) -> FoxgloveSink | None:
+    """The Foxglove side (not yet listening), or None when ``[foxglove]`` is not enabled."""
+    if not settings.enabled:
+        return None
+    return FoxgloveSink(settings, PublishPolicy(foxglove_publish_settings(settings)))
