@@ -305,10 +305,13 @@ class FoxgloveSettings:
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)
+        given, missing = ("tls_cert_file", "tls_key_file")
+        if self.tls_cert_file is None:
+            given, missing = missing, given
         _require(
             (self.tls_cert_file is None) == (self.tls_key_file is None),
-            "foxglove.tls_key_file" if self.tls_key_file is None else "foxglove.tls_cert_file",
-            "must be set too: TLS needs foxglove.tls_cert_file and foxglove.tls_key_file",
+            f"foxglove.{given}",
+            f"needs foxglove.{missing} too: TLS takes the certificate and its key",
         )
         _check_non_negative("foxglove.default_rate_hz", self.default_rate_hz, " Hz")
         _require(self.backlog >= 1, "foxglove.backlog", f"must be >= 1, not {self.backlog}")

@@ -1,0 +1,229 @@
+"""The Foxglove sink's pure parts, its settings and command-line errors, and TLS."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+
+from ulogstream.adapters.foxglove_sink import FoxgloveSink, build_foxglove, foxglove_log
+from ulogstream.cli import main
+from ulogstream.config import FoxgloveSettings, load_settings, parse_listen
+from ulogstream.errors import ConfigError, UlogstreamError
+from ulogstream.publish import _RowEncoder, json_sample_time, row_json_schema
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+DTYPE = np.dtype(
+    [
+        ("timestamp", "<u8"),
+        ("q[0]", "<f4"),
+        ("q[1]", "<f4"),
+        ("v.x", "<f8"),
+        ("name", "S4"),
+        ("ok", "?"),
+        ("n", "<i2"),
+    ]
+)
+
+
+def test_json_schema_describes_exactly_the_json_sample_objects() -> None:
+    rows = np.zeros(2, dtype=DTYPE)
+    rows["timestamp"] = [1_000, 2_000]
+    rows["q[0]"] = [0.5, np.nan]
+    rows["name"] = [b"ab\0c", b"xyz"]
+    rows["ok"] = [True, False]
+    rows["n"] = [-3, 7]
+    payloads = _RowEncoder(DTYPE).json_payloads(rows, [1_000, 2_000], ["10.5", "11.25"])
+    schema = row_json_schema("sample", DTYPE)
+
+    assert schema["title"] == "sample"
+    properties = schema["properties"]
+    assert isinstance(properties, dict)
+    types = {key: value["type"] for key, value in properties.items() if isinstance(value, dict)}
+    assert types == {
+        "t": "number",
+        "timestamp": "integer",
+        "q[0]": ["number", "null"],
+        "q[1]": ["number", "null"],
+        "v.x": ["number", "null"],
+        "name": "string",
+        "ok": "boolean",
+        "n": "integer",
+    }
+    assert schema["required"] == list(types)
+    objects = [json.loads(p) for p in payloads]
+    assert [list(o) for o in objects] == [list(types)] * 2
+    assert objects[1]["q[0]"] is None
+    assert [json_sample_time(p) for p in payloads] == [10.5, 11.25]
+
+
+def test_json_sample_time_refuses_other_payloads() -> None:
+    with pytest.raises(ValueError, match="not a JSON sample"):
+        json_sample_time(b'{"online": true}')
+
+
+@pytest.mark.parametrize(
+    ("px4_level", "foxglove_level"),
+    [(0, 5), (2, 5), (3, 4), (4, 3), (5, 2), (6, 2), (7, 1), (ord("x"), 0)],
+)
+def test_logged_string_levels_map_to_foxglove_log_levels(
+    px4_level: int, foxglove_level: int
+) -> None:
+    entry, time_ns = foxglove_log({"t": 12.5, "level": px4_level, "tag": None, "text": "hi"})
+    assert entry["level"] == foxglove_level
+    assert entry["timestamp"] == {"sec": 12, "nsec": 500_000_000}
+    assert time_ns == 12_500_000_000
+    assert (entry["message"], entry["name"]) == ("hi", "px4")
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port"),
+    [
+        ("8765", "127.0.0.1", 8765),
+        ("0.0.0.0:9000", "0.0.0.0", 9000),  # noqa: S104 (parsing, not binding)
+        ("[::1]:8765", "::1", 8765),
+        ("localhost:0", "localhost", 0),
+    ],
+)
+def test_listen_addresses(text: str, host: str, port: int) -> None:
+    address = parse_listen(text)
+    assert (address.host, address.port) == (host, port)
+
+
+def test_foxglove_is_off_by_default_and_listens_on_loopback() -> None:
+    settings = load_settings(None)
+    assert not settings.foxglove.enabled
+    assert settings.foxglove.listen == "127.0.0.1:8765"
+    assert build_foxglove(settings.foxglove) is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"foxglove.listen": "127.0.0.1:99999"}, "foxglove.listen must be [HOST:]PORT"),
+        ({"foxglove.listen": "here:"}, "foxglove.listen must be [HOST:]PORT"),
+        ({"foxglove.tls_cert_file": "/c.pem"}, "foxglove.tls_cert_file needs foxglove.tls_key"),
+        ({"foxglove.tls_key_file": "/k.pem"}, "foxglove.tls_key_file needs foxglove.tls_cert"),
+        ({"foxglove.default_rate_hz": -1}, "foxglove.default_rate_hz must be >= 0"),
+        ({"foxglove.backlog": 0}, "foxglove.backlog must be >= 1"),
+    ],
+)
+def test_bad_foxglove_settings_name_the_key(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=f"^command line: {re.escape(message)}"):
+        load_settings(None, overrides)
+
+
+def test_a_bad_foxglove_address_on_the_command_line_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = ["record", "udpin:127.0.0.1:14550", "--out", str(tmp_path), "--foxglove", "x:y"]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("ulogstream: error: command line: foxglove.listen must be [HOST:]PORT")
+
+
+def test_an_unknown_host_is_one_error_naming_the_setting() -> None:
+    sink = build_foxglove(FoxgloveSettings(enabled=True, listen="no-such-host.invalid:8765"))
+    assert sink is not None
+    with pytest.raises(UlogstreamError, match=r"^foxglove.listen no-such-host.invalid:8765: "):
+        sink.start()
+
+
+def test_tls_serves_wss_with_the_configured_certificate(tmp_path: Path) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is needed to make a test certificate (Debian package 'openssl')")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    settings = FoxgloveSettings(
+        enabled=True, listen="127.0.0.1:0", tls_cert_file=cert, tls_key_file=key
+    )
+    sink = build_foxglove(settings)
+    assert isinstance(sink, FoxgloveSink)
+    sink.start()
+    try:
+        assert sink.url.startswith("wss://127.0.0.1:")
+        context = ssl.create_default_context(cafile=str(cert))
+        with (
+            socket.create_connection(("127.0.0.1", sink.address.port), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            assert tls.version() is not None  # the handshake verified our certificate
+    finally:
+        sink.stop()
+
+
+def test_an_unreadable_tls_file_is_one_error(tmp_path: Path) -> None:
+    settings = FoxgloveSettings(
+        enabled=True,
+        listen="127.0.0.1:0",
+        tls_cert_file=tmp_path / "missing.pem",
+        tls_key_file=tmp_path / "missing.key",
+    )
+    sink = build_foxglove(settings)
+    assert sink is not None
+    with pytest.raises(UlogstreamError, match=r"^foxglove.tls_cert_file .*missing.pem cannot be"):
+        sink.start()
+
+
+def test_demo_prints_the_foxglove_url(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ulogstream",
+            "demo",
+            "--foxglove",
+            f"127.0.0.1:{port}",
+            "--duration",
+            "2",
+            "--speed",
+            "20",
+            "--loss",
+            "0",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"Open connection > Foxglove WebSocket > ws://127.0.0.1:{port}" in result.stdout
