@@ -256,13 +256,19 @@ def finished_logs(out_dir: Path, count: int) -> None:
 
 
 async def ack_round_trips(
-    log: bytes, speed: float | None, *, baseline: bool = False, rotation: int = 0
+    log: bytes,
+    speed: float | None,
+    *,
+    baseline: bool = False,
+    rotation: int = 0,
+    extra: Sequence[str] = (),
 ) -> tuple[list[float], int, float, int]:
     """Stream ``log`` to a recorder process; the sorted round trips, frames, seconds, resends.
 
     The recorder runs on one CPU, the vehicle (this process) on the other. ``rotation``: that
     many finished logs wait in the output directory with ``max_logs`` set to keep that many, so
-    the log start scans them all and deletes the oldest while PX4 waits for acks.
+    the log start scans them all and deletes the oldest while PX4 waits for acks. ``extra``:
+    more arguments of ``record`` (bench_foxglove.py adds ``--foxglove``).
     """
     cpus = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
@@ -283,7 +289,7 @@ async def ack_round_trips(
         else:
             command = [
                 "-m", "ulogstream", "record", f"udpout:127.0.0.1:{port}", "--once",
-                "--no-status", "--out", tmp, "--min-free-mb", "0",
+                "--no-status", "--out", tmp, "--min-free-mb", "0", *extra,
             ]  # fmt: skip
         process = await asyncio.create_subprocess_exec(
             sys.executable, *command, stderr=asyncio.subprocess.DEVNULL

@@ -82,7 +82,11 @@ class Viewer:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            self.lines.append(json.loads(line))
+            try:
+                self.lines.append(json.loads(line))
+            except json.JSONDecodeError:
+                assert self.process.poll() is not None, line  # only a killed viewer's last line
+                return
 
     def of_kind(self, kind: str) -> list[dict[str, object]]:
         return [line for line in list(self.lines) if line["kind"] == kind]

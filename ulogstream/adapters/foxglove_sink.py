@@ -329,9 +329,10 @@ class FoxgloveSink:
     def _advertise_again(self) -> None:
         """Replace the channels a viewer failed to subscribe to: it subscribes to the new one.
 
-        foxglove-sdk 0.30 can take a viewer's subscription, sent the moment a channel is
-        advertised, before it knows the channel ("subscribe to unknown channel"); the viewer
-        would then show that topic empty for good. A channel with a new id fixes it.
+        Under load foxglove-sdk 0.30 sometimes loses a channel created while a viewer
+        subscribes to others: the viewer got its advertisement, but the server answers its
+        subscription with "subscribe to unknown channel" and viewers connecting later are not
+        told of it, so the topic would stay empty for good. A new channel (new id) fixes it.
         """
         ids = set(self._readvertise)
         self._readvertise.difference_update(ids)
@@ -341,10 +342,10 @@ class FoxgloveSink:
                 continue
             schema = old.schema()
             assert schema is not None  # noqa: S101 (every instance channel has one)
+            old.close()  # first: the SDK hands out the open channel of an equal topic and schema
             channel = foxglove.Channel(
                 old.topic(), schema=schema, message_encoding="json", context=self._context
             )
-            old.close()
             instance.channel = channel
             self._by_topic[self.policy.json_topic(*key)] = channel
             self.readvertised += 1

@@ -1,0 +1,187 @@
+"""Benchmark: what the Foxglove live view adds to the pipeline's CPU, and to the ack round trip.
+
+Run: ``.venv/bin/python tests/bench/bench_foxglove.py`` (about a minute; needs ``npm install`` in
+``tests/node`` for the viewer).
+
+(a) CPU of :meth:`ulogstream.daemon.Pipeline.receive` over the recorded stream of
+    ``bench_receive.py`` (a real sample log, datagram by datagram at the USB ceiling's clock), as
+    in ``bench_pipeline.py`` part (a): MQTT alone, then MQTT and Foxglove both on at their
+    default 10 Hz caps, with no viewer and with a viewer (Foxglove's own protocol client in Node)
+    subscribed to every channel. ``time.process_time`` counts every thread of this process, the
+    SDK's server threads too. Runs alternate; the best of each is kept; the ratios are to MQTT
+    alone in the same run. Target: both on at most 1.2x MQTT alone.
+(b) Ack round trip: ``bench_pipeline.py`` part (b)'s paced run (the recorder as a subprocess,
+    pinned to one CPU, the simulated PX4 on the other), without and with ``--foxglove`` and a
+    viewer subscribed to everything. p50/p99/max of the round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
+sys.path.insert(0, str(ROOT / "tests"))
+
+from bench.bench_pipeline import (  # noqa: E402
+    PACED_SPEED,
+    ack_heavy_log,
+    ack_round_trips,
+    feed,
+    finish,
+    make_pipeline,
+)
+from bench.bench_receive import MB, load_log, recorded_stream  # noqa: E402
+
+from ulogstream.adapters.foxglove_sink import build_foxglove  # noqa: E402
+from ulogstream.config import FoxgloveSettings  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+CLIENT = ROOT / "tests" / "node" / "foxglove_client.mjs"
+
+
+@contextlib.contextmanager
+def viewer(url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """Foxglove's protocol client subscribed to every channel, its output thrown away."""
+    node = shutil.which("node")
+    if node is None or not (CLIENT.parent / "node_modules").is_dir():
+        msg = "the viewer needs node and `npm install` in tests/node"
+        raise SystemExit(msg)
+    process = subprocess.Popen([node, str(CLIENT), url], stdout=subprocess.DEVNULL)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+async def one_pass(
+    datagrams: Sequence[bytes], *, foxglove: bool, with_viewer: bool
+) -> tuple[float, int]:
+    """CPU seconds of one pass and the Foxglove messages sent."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pipeline, _ = make_pipeline(Path(tmp))
+        sink = None
+        if foxglove:
+            sink = build_foxglove(FoxgloveSettings(enabled=True, listen="127.0.0.1:0"))
+            assert sink is not None
+            sink.start()
+            pipeline.foxglove = sink
+        with contextlib.ExitStack() as stack:
+            if sink is not None and with_viewer:
+                stack.enter_context(viewer(sink.url))
+                # the viewer is connected once it shows in the server's log; give it the time
+                # the first channels take to appear, then it subscribes as they are advertised
+                await asyncio.sleep(0.5)
+            pipeline.start(0.0)
+            started = time.process_time()
+            await feed(pipeline, datagrams, 0.0)
+            await finish(pipeline)
+            cpu = time.process_time() - started
+        sent = 0
+        if sink is not None:
+            sent = sink.sent
+            sink.stop()
+        return cpu, sent
+
+
+async def part_a(datagrams: Sequence[bytes], log: bytes, passes: int) -> None:
+    cases = {
+        "MQTT alone": (False, False),
+        "MQTT + Foxglove, no viewer": (True, False),
+        "MQTT + Foxglove, a viewer subscribed to all": (True, True),
+    }
+    best = dict.fromkeys(cases, float("inf"))
+    sent = dict.fromkeys(cases, 0)
+    for _ in range(passes):
+        for name, (foxglove, with_viewer) in cases.items():
+            cpu, count = await one_pass(datagrams, foxglove=foxglove, with_viewer=with_viewer)
+            best[name] = min(best[name], cpu)
+            sent[name] = count
+    base = best["MQTT alone"]
+    for name, cpu in best.items():
+        ratio = cpu / base
+        verdict = ""
+        if name != "MQTT alone":
+            verdict = f"; target <= 1.2x: {'met' if ratio <= 1.2 else 'MISSED'}"
+        print(
+            f"(a) {name}: {cpu:.3f} CPU s for {len(log) / MB:.2f} MB ({ratio:.2f}x), "
+            f"{sent[name]} Foxglove messages; best of {passes}{verdict}"
+        )
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def part_b(seconds: float) -> None:
+    log = ack_heavy_log(seconds)
+    port = free_tcp_port()
+    runs = (
+        ((), False, "recorder, paced, MQTT and Foxglove off"),
+        (("--foxglove", f"127.0.0.1:{port}"), True, "recorder, paced, Foxglove on with a viewer"),
+    )
+    for extra, with_viewer, how in runs:
+        viewer_task = None
+        if with_viewer:
+            viewer_task = asyncio.create_task(connect_viewer_when_up(port))
+        trips, frames, duration, resends = await ack_round_trips(log, PACED_SPEED, extra=extra)
+        if viewer_task is not None:
+            viewer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await viewer_task
+        p99 = trips[int(len(trips) * 0.99)]
+        print(
+            f"(b) ack round trip, {how}: {frames / duration:.0f} packets/s, {len(trips)} acked "
+            f"packets, {resends} resends: p50 {statistics.median(trips) * 1e3:.3f} ms, "
+            f"p99 {p99 * 1e3:.3f} ms, max {trips[-1] * 1e3:.3f} ms"
+        )
+
+
+async def connect_viewer_when_up(port: int) -> None:
+    """Start a viewer as soon as the recorder's server accepts connections; keep it running."""
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.01)
+            continue
+        writer.close()
+        break
+    with viewer(f"ws://127.0.0.1:{port}"):
+        await asyncio.Event().wait()
+
+
+async def main() -> None:
+    cpu = max(os.sched_getaffinity(0))
+    log, name = load_log(None)
+    datagrams = recorded_stream(log)
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"stream: {name}, {len(log) / MB:.2f} MB, {len(datagrams)} datagrams; load {load}")
+    os.sched_setaffinity(0, {cpu})
+    await part_a(datagrams, log, passes=3)
+    os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    await part_b(10.0)
+    print(json.dumps({"done": True}))
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
