@@ -298,8 +298,9 @@ def row_json_schema(name: str, dtype: np.dtype[np.void]) -> dict[str, JsonValue]
         "t": {"type": "number", "description": "wall-clock time of the sample, epoch seconds"},
         TIMESTAMP_FIELD: {"type": "integer", "description": "vehicle time, microseconds"},
     }
+    layout = _field_layout(dtype)
     for key in _RowEncoder.keys_of(dtype):
-        kind = np.dtype(_field_layout(dtype)[key][0]).kind
+        kind = np.dtype(layout[key][0]).kind
         properties[key] = {"type": _JSON_TYPES.get(kind, "integer")}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
