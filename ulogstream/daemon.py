@@ -417,6 +417,15 @@ class Pipeline:
         self._parser = ULogParser()
         self._log_id = self.files.start_log()  # the file is created by the worker, in order
         self._log_timestamp_us = timestamp_us
+        # Now, before any of the log is decoded: the file's name comes later from the worker,
+        # and a policy reset then would forget the topics already subscribed.
+        for outlet in (self.publisher, self.foxglove):
+            if outlet is not None:
+                outlet.offer(
+                    outlet.policy.log_started(
+                        wall_time=time.time(), now=now, first_timestamp_us=timestamp_us or None
+                    )
+                )
         self.status.state = "streaming"
         self.status.log_path = None
 
@@ -462,15 +471,12 @@ class Pipeline:
                     self.stop(time.monotonic())
 
     def _publish_log_started(self, path: Path | None) -> None:
+        """The worker opened the log's file (or could not): its name goes into the status."""
+        log_file = None if path is None else str(path)
         for outlet in (self.publisher, self.foxglove):
             if outlet is not None:
                 outlet.offer(
-                    outlet.policy.log_started(
-                        wall_time=time.time(),
-                        now=time.monotonic(),
-                        log_file=None if path is None else str(path),
-                        first_timestamp_us=self._log_timestamp_us or None,
-                    )
+                    outlet.policy.update_status(time.monotonic(), fields={"log_file": log_file})
                 )
 
     def refresh_status(self) -> None:
