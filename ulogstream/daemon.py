@@ -1013,7 +1013,12 @@ class Recorder:
                 if vehicle.foxglove is not None:
                     vehicle.foxglove.offer(
                         vehicle.foxglove.policy.update_status(
-                            now, state=vehicle.status.state, fields=status_fields(vehicle.status)
+                            now,
+                            state=vehicle.status.state,
+                            fields={
+                                **status_fields(vehicle.status),
+                                **vehicle.foxglove.counters(),
+                            },
                         )
                     )
             elapsed = now - last_time
@@ -1076,7 +1081,7 @@ class Recorder:
             link = "up" if status.mqtt_connected else "down"
             text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
         if self.foxglove is not None:
-            text += f", foxglove {self.foxglove.url}"
+            text += f", foxglove {self.foxglove.url} {self.foxglove.sent} sent"
         return text
 
     def _draw_status(self, *, final: bool = False) -> None:

@@ -274,6 +274,10 @@ class FoxgloveSink:
                 continue  # schemas, info, retained params: served otherwise or not at all
             self.sent += 1
 
+    def counters(self) -> dict[str, int]:
+        """This sink's counters for the status object."""
+        return {"foxglove_sent": self.sent, "foxglove_channels_replaced": self.readvertised}
+
     def parameters(self, names: list[str]) -> list[foxglove.Parameter]:
         """The log's parameters named ``names`` (all of them when empty)."""
         params = self._params
