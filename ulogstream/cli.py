@@ -632,7 +632,11 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="directory for the recordings")
     parser.add_argument("--sysid", type=int, help="our MAVLink system id (default 254)")
     parser.add_argument("--compid", type=int, help="our MAVLink component id (default 155)")
-    parser.add_argument("--target-sysid", type=int, help="the autopilot's system id")
+    parser.add_argument(
+        "--target-sysid",
+        type=int,
+        help="record only this autopilot (default: every one on the link)",
+    )
     parser.add_argument(
         "--baud",
         type=int,

@@ -86,7 +86,8 @@ class LinkSettings:
             ports ignore it (they run at USB speed).
         sysid: Our MAVLink system id.
         compid: Our MAVLink component id (never 0; 155 is MAV_COMP_ID_LOG).
-        target_sysid: The autopilot's system id; None takes the first HEARTBEAT from compid 1.
+        target_sysid: Record only the autopilot with this system id; None records every
+            autopilot (HEARTBEAT from compid 1) on the link, each in its own session.
         signing_key_file: A file holding the 32-byte MAVLink 2 signing key; None: no signing.
         hint_after_s: A link without any valid MAVLink message for this long gets one warning
             saying what is likely wrong (baud rate, port, PX4's MAVLink settings); 0: never.

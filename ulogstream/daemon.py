@@ -164,10 +164,11 @@ class Publisher:
 
 
 class Pipeline:
-    """The receive path of one recorder: codec, session, files, parser and publisher.
+    """The receive path of one vehicle: session, files, parser and publisher.
 
     It lives as long as the recorder, across link outages and reopened devices: the session (and
-    the open log) outlives any one transport (:meth:`attach`, :meth:`detach`).
+    the open log) outlives any one transport (:meth:`attach`, :meth:`detach`). The recorder
+    decodes the link and hands each vehicle its messages (:meth:`receive_messages`).
 
     Args:
         codec: Our MAVLink codec (our sysid/compid).
