@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from ulogstream.errors import ConfigError
 from ulogstream.stream.packets import MAV_COMP_ID_LOG
+from ulogstream.stream.reassembler import DEFAULT_REORDER_PACKETS, DEFAULT_REORDER_TIME
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -91,6 +92,9 @@ class LinkSettings:
         signing_key_file: A file holding the 32-byte MAVLink 2 signing key; None: no signing.
         hint_after_s: A link without any valid MAVLink message for this long gets one warning
             saying what is likely wrong (baud rate, port, PX4's MAVLink settings); 0: never.
+        reorder_packets: Packets held while a missing one may still arrive (networks that
+            reorder); 0 declares every gap at once.
+        reorder_window_s: Longest time a missing packet is waited for.
     """
 
     connection: str = "/dev/pixhawk"
@@ -100,6 +104,8 @@ class LinkSettings:
     target_sysid: int | None = None
     signing_key_file: Path | None = None
     hint_after_s: float = 5.0
+    reorder_packets: int = DEFAULT_REORDER_PACKETS
+    reorder_window_s: float = DEFAULT_REORDER_TIME
 
     def __post_init__(self) -> None:
         _require(bool(self.connection.strip()), "link.connection", "must not be empty")
@@ -113,6 +119,8 @@ class LinkSettings:
             )
         _require(self.baud > 0, "link.baud", f"must be > 0, not {self.baud}")
         _check_non_negative("link.hint_after_s", self.hint_after_s, " s")
+        _check_non_negative("link.reorder_packets", self.reorder_packets, "")
+        _check_non_negative("link.reorder_window_s", self.reorder_window_s, " s")
         _check_id("link.sysid", self.sysid)
         _check_id("link.compid", self.compid)
         if self.target_sysid is not None:
