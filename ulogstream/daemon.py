@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import shutil
 import signal
 import time
 from collections import deque
@@ -597,7 +599,7 @@ class Recorder:
                 pipeline.refresh_status()  # the last counters, for the caller and MQTT
                 await pipeline.files.aclose()  # every file finished (fsync, rename) first
                 if self.publisher is not None:
-                    self.publisher.offer([self.publisher.policy.offline_status(time.monotonic())])
+                    self.publisher.offer(self._final_status())
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
                 for task in side_tasks:
@@ -616,6 +618,18 @@ class Recorder:
         if pipeline.fatal is not None or (pipeline.rejected is not None and self.once):
             self.exit_code = 1
         return self.exit_code
+
+    def _final_status(self) -> list[MqttMessage]:
+        """The retained end-of-run status: offline, the last counters and the last file."""
+        assert self.publisher is not None  # noqa: S101 (called only with MQTT on)
+        if self.pipeline is not None:
+            self.pipeline.refresh_status()
+        fields = self._status_fields()
+        if self.status.log_path is None and self.status.finished:
+            fields["log_file"] = str(self.status.finished[-1].path)
+        policy, now = self.publisher.policy, time.monotonic()
+        policy.update_status(now, fields=fields)
+        return [policy.offline_status(now)]
 
     def _new_pipeline(self) -> Pipeline:
         link = self.settings.link
@@ -856,11 +870,12 @@ class Recorder:
         """One line: state, file, bytes, rate, packets, gaps, dropouts (and MQTT)."""
         status = self.status
         name = "-" if status.log_path is None else status.log_path.name
+        gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
+        dropouts = "1 dropout" if status.dropouts == 1 else f"{status.dropouts} dropouts"
         text = (
             f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
             f"{status.bytes_per_s / 1e3:.0f} KB/s, {status.packets} packets, "
-            f"{status.gaps} gaps ({status.packets_lost} lost, {status.late} late), "
-            f"{status.dropouts} dropouts"
+            f"{gaps} ({status.packets_lost} lost, {status.late} late), {dropouts}"
         )
         if self.publisher is not None:
             link = "up" if status.mqtt_connected else "down"
@@ -871,5 +886,20 @@ class Recorder:
         stream = self._status_stream
         if stream is None:
             return
-        stream.write("\r\x1b[K" + ("" if final else self.status_text()))
+        text = "" if final else fit_line(self.status_text(), terminal_width(stream))
+        stream.write("\r\x1b[K" + text)
         stream.flush()
+
+
+def terminal_width(stream: TextIO) -> int:
+    """Columns of the terminal ``stream`` writes to (``$COLUMNS`` or 80 when it cannot tell)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size().columns
+
+
+def fit_line(text: str, width: int) -> str:
+    """``text`` cut to fit in ``width`` columns without wrapping (the last column stays free)."""
+    room = max(width - 1, 1)
+    return text if len(text) <= room else text[: room - 1] + "~"
