@@ -557,6 +557,7 @@ class Recorder:
         self._notifier = notifier or Notifier({})
         self._stop_requested = asyncio.Event()
         self._abandon_requested = asyncio.Event()
+        self._stop_hint_shown = False
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
         self.publisher = build_publisher(settings.mqtt)
@@ -886,7 +887,12 @@ class Recorder:
         stream = self._status_stream
         if stream is None:
             return
-        text = "" if final else fit_line(self.status_text(), terminal_width(stream))
+        text = ""
+        if not final:
+            if self._stop_requested.is_set() and not self._stop_hint_shown:
+                self._stop_hint_shown = True
+                stream.write("\r\x1b[Kstopping: Ctrl-C again ends at once (the .part is kept)\n")
+            text = fit_line(self.status_text(), terminal_width(stream))
         stream.write("\r\x1b[K" + text)
         stream.flush()
 

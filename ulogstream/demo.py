@@ -229,7 +229,7 @@ def summary_lines(result: DemoResult, options: DemoOptions) -> list[str]:
         ),
         (
             f"  {result.recorded_samples} of {result.source_samples} samples recovered"
-            f" ({share:.1%}): every whole message the link delivered."
+            f" ({share:.1%}): all that arrived whole."
         ),
         "Open it:",
         f"  ulogstream info {path}",

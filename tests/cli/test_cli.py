@@ -217,8 +217,10 @@ def test_export_rosbag_and_mcap_write_their_file_once(
     assert status == 0
     # The log's corrupt stretch is exported around, and said.
     assert err.splitlines() == [
-        f"ulogstream: warning: {log}: skipped 6 corrupt bytes at byte 278:"
-        " message header with a zero type or size"
+        (
+            f"ulogstream: warning: {log}: skipped 6 corrupt bytes at byte 278:"
+            " message header with a zero type or size"
+        )
     ]
     assert out.startswith(f"wrote {out_file}: 1 topics, 11 messages")
     assert out_file.read_bytes().startswith(magic)

@@ -1,5 +1,7 @@
-"""A newcomer's mistakes, through ``main([...])`` as the user types them: one line each, no
-traceback, and no success claimed for work not done (issue 14, items 1 and 2)."""
+"""A newcomer's mistakes, through ``main([...])`` as the user types them (issue 14, 1 and 2).
+
+One line each, no traceback, and no success claimed for work not done.
+"""
 
 from __future__ import annotations
 
@@ -205,6 +207,8 @@ def test_replay_to_an_unreachable_broker_fails_and_says_so(
     assert "published" not in out
     errors = [line for line in err.splitlines() if line.startswith("ulogstream: error: ")]
     assert errors == [
-        f"ulogstream: error: the broker at {url} was never reached (Connection refused):"
-        " nothing was published (is it running? check the URL)"
+        (
+            f"ulogstream: error: the broker at {url} was never reached (Connection refused):"
+            " nothing was published (is it running? check the URL)"
+        )
     ]
