@@ -26,7 +26,13 @@ from ulogstream.adapters.connection import parse_connection
 from ulogstream.adapters.replay import replay_to_mqtt
 from ulogstream.adapters.sd_notify import Notifier
 from ulogstream.config import COMMAND_LINE, Settings, load_settings, parse_override
-from ulogstream.daemon import Recorder, publish_settings, sink_settings
+from ulogstream.daemon import (
+    Recorder,
+    fit_line,
+    publish_settings,
+    sink_settings,
+    terminal_width,
+)
 from ulogstream.demo import DemoOptions, error_words, run_demo, summary_lines
 from ulogstream.errors import ConfigError, ULogFormatError, UlogstreamError
 from ulogstream.export.csv import export_csv
@@ -608,9 +614,8 @@ class ProgressLine:
             return
         self._last_percent = percent
         self._shown = True
-        self._out.write(
-            f"\r{self._label}: {percent:3d}% ({done / 1e6:.1f} of {total / 1e6:.1f} MB)"
-        )
+        line = f"{self._label}: {percent:3d}% ({done / 1e6:.1f} of {total / 1e6:.1f} MB)"
+        self._out.write("\r\x1b[K" + fit_line(line, terminal_width(self._out)))
         self._out.flush()
 
     def done(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -282,10 +283,15 @@ def test_progress_line_redraws_on_a_terminal_only() -> None:
     progress.done()
     progress.done()
     assert terminal.getvalue() == (
-        "\rexporting x.ulg:   0% (0.0 of 2.0 MB)"
-        "\rexporting x.ulg:  50% (1.0 of 2.0 MB)"
-        "\rexporting x.ulg: 100% (2.0 of 2.0 MB)\n"
+        "\r\x1b[Kexporting x.ulg:   0% (0.0 of 2.0 MB)"
+        "\r\x1b[Kexporting x.ulg:  50% (1.0 of 2.0 MB)"
+        "\r\x1b[Kexporting x.ulg: 100% (2.0 of 2.0 MB)\n"
     )
+    narrow = _Terminal()
+    cut = ProgressLine(narrow, "exporting a-very-long-name-" + "x" * 80 + ".ulg")
+    cut(1, 2)
+    width = shutil.get_terminal_size().columns  # a StringIO has no terminal: $COLUMNS or 80
+    assert len(narrow.getvalue()) == len("\r\x1b[K") + width - 1
     pipe = io.StringIO()
     silent = ProgressLine(pipe, "exporting")
     silent(1, 2)
