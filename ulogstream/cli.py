@@ -782,12 +782,12 @@ def os_error_text(err: OSError) -> str:
 
 
 def _run_recorder(settings: Settings, *, once: bool, status_line: bool) -> int:
-    check_output_dir(settings.recording.out_dir)
     terminal = sys.stderr.isatty()
     _setup_logging(settings.log.level, terminal=terminal)
     status = sys.stderr if terminal and status_line and settings.log.status_line else None
     with Notifier() as notifier:
         recorder = Recorder(settings, once=once, status_stream=status, notifier=notifier)
+        check_output_dir(settings.recording.out_dir)  # after the settings' own checks
         code = asyncio.run(recorder.run())
     sys.stdout.write("".join(f"{line}\n" for line in exit_summary(recorder)))
     return code
