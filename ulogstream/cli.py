@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, ClassVar, NoReturn, Protocol, TextIO
 
 import numpy as np
 
+from ulogstream import __version__
 from ulogstream.adapters.connection import parse_connection
 from ulogstream.adapters.replay import replay_to_mqtt
 from ulogstream.adapters.sd_notify import Notifier
@@ -999,7 +1000,8 @@ def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.Ar
     parser.add_argument(
         "--debug", action="store_true", help="show tracebacks of errors (for bug reports)"
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in subcommands:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
         command.configure(sub)
@@ -1011,6 +1013,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (``sys.argv[1:]`` when None); return the exit status."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.print_help()  # a bare ``ulogstream``: what it can do, rather than an error
+        return 0
     if extra:
         # ``export FILE --format rosbag OUT``: argparse cannot take a positional after options.
         if args.command == "export" and args.output is None and len(extra) == 1:

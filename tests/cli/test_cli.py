@@ -347,8 +347,8 @@ def test_unwritable_output_directory_is_one_error_line(
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["frobnicate"], ["export", "x.ulg"], ["export", "x.ulg", "-o", "d", "-f", "xls"]],
-)
+    [["frobnicate"], ["export", "x.ulg"], ["export", "x.ulg", "-o", "d", "-f", "xls"]],
+)  # a bare ``ulogstream`` shows the help: test_first_contact.py
 def test_bad_arguments_are_one_error_line(
     capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:

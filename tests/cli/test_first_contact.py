@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ulogstream import __version__
 from ulogstream.cli import main
 
 if TYPE_CHECKING:
@@ -212,3 +213,20 @@ def test_replay_to_an_unreachable_broker_fails_and_says_so(
             " nothing was published (is it running? check the URL)"
         )
     ]
+
+
+# --- conventions ------------------------------------------------------------------------------
+
+
+def test_a_bare_ulogstream_shows_the_help(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _run(capsys)
+    assert (status, err) == (0, "")
+    assert out.startswith("usage: ulogstream ")
+    assert "record" in out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"ulogstream {__version__}\n"
