@@ -679,7 +679,12 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", type=Path, help="TOML settings file (see configs/ulogstream.toml)"
     )
-    parser.add_argument("--out", type=Path, help="directory for the recordings")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="directory for the recordings (default: ./recordings, or recording.out_dir of"
+        " --config); created if missing, checked at start-up",
+    )
     parser.add_argument("--sysid", type=int, help="our MAVLink system id (default 254)")
     parser.add_argument("--compid", type=int, help="our MAVLink component id (default 155)")
     parser.add_argument("--target-sysid", type=int, help="the autopilot's system id")
