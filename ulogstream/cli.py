@@ -519,9 +519,7 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
 def _run_export(args: argparse.Namespace) -> int:
     src: Path = args.file
     dst: Path = args.output if args.output is not None else args.out
-    if not src.is_file():
-        msg = f"cannot read {src}: no such file (check the path)"
-        raise CliError(msg)
+    _check_readable(src)
     if args.format != "csv" and dst.exists():
         msg = f"{dst} already exists (remove it or choose another --out)"
         raise CliError(msg)

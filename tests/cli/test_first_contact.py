@@ -108,11 +108,13 @@ def test_sim_of_a_missing_file_is_one_line_with_the_path(
     _one_error(err, f"{missing}: no such file or directory (check the path)")
 
 
-@pytest.mark.parametrize("command", ["info", "params", "messages"])
+@pytest.mark.parametrize(
+    "command", [["info"], ["params"], ["messages"], ["export", "-f", "csv", "-o", "out"]]
+)
 def test_a_directory_given_as_the_log_is_named_as_a_directory(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: list[str]
 ) -> None:
-    status, _, err = _run(capsys, command, str(tmp_path))
+    status, _, err = _run(capsys, command[0], str(tmp_path), *command[1:])
     assert status == 1
     _one_error(err, f"{tmp_path} is a directory, not a ULog file")
 
