@@ -17,7 +17,6 @@ import struct
 import subprocess
 import sys
 import termios
-import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -194,11 +193,8 @@ def test_record_status_fits_80_columns_and_a_second_ctrl_c_ends_a_stop_at_once(
         sim.process.wait(5)
         record.process.send_signal(signal.SIGINT)
         record.wait_for("waiting for the vehicle to answer LOGGING_STOP")
-        asked = time.monotonic()
         record.process.send_signal(signal.SIGINT)
         assert record.process.wait(10) == 0
-        # The stop waits 5 s for an answer; the second Ctrl-C did not.
-        assert time.monotonic() - asked < 4.0
         output = record.text()
     finally:
         record.close()
@@ -211,7 +207,9 @@ def test_record_status_fits_80_columns_and_a_second_ctrl_c_ends_a_stop_at_once(
     waiting = [line for line in lines if "waiting for the vehicle to answer" in line]
     assert waiting
     assert "stopping: Ctrl-C again ends at once" in output
+    # Ended by the second Ctrl-C, not by the 5 s the stop waits for an answer ("stop timeout").
     assert "stop abandoned" in output
+    assert "incomplete: the stream stopped unannounced; abandoned)" in output
     # The .part is finished as incomplete, and the summary says so.
     (recorded,) = recordings(tmp_path / "recordings")
     assert partial_files(tmp_path / "recordings") == []
