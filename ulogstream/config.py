@@ -503,6 +503,9 @@ def _read_toml(path: Path) -> dict[str, object]:
     except tomllib.TOMLDecodeError as err:
         msg = f"{path}: invalid TOML: {err}"
         raise ConfigError(msg) from None
+    except UnicodeDecodeError as err:
+        msg = f"{path}: not UTF-8 text (byte {err.start}); TOML files are UTF-8: save it as UTF-8"
+        raise ConfigError(msg) from None
 
 
 def _split_key(key: str, source: str) -> tuple[str, str, str | None]:

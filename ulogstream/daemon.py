@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import shutil
 import signal
 import time
 from collections import deque
@@ -552,6 +554,18 @@ def status_fields(status: RecorderStatus) -> dict[str, str | int | float | bool 
     }
 
 
+def final_status(pipeline: Pipeline, publisher: Publisher) -> list[MqttMessage]:
+    """The retained end-of-run status of a vehicle: offline, its last counters and last file."""
+    pipeline.refresh_status()
+    status = pipeline.status
+    fields = status_fields(status)
+    if status.log_path is None and status.finished:
+        fields["log_file"] = str(status.finished[-1].path)
+    now = time.monotonic()
+    publisher.policy.update_status(now, fields=fields)
+    return [publisher.policy.offline_status(now)]
+
+
 class _OnceLinkError(Exception):
     """``record --once`` found no link: carries the LinkError out of the task group."""
 
@@ -592,6 +606,7 @@ class Recorder:
         self._notifier = notifier or Notifier({})
         self._stop_requested = asyncio.Event()
         self._abandon_requested = asyncio.Event()
+        self._stop_hint_shown = False
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
         """The first vehicle's pipeline (the status line's); every one is in :attr:`vehicles`."""
@@ -643,8 +658,9 @@ class Recorder:
                 for pipeline in self.vehicles.values():
                     pipeline.refresh_status()  # the last counters, for the caller and MQTT
                     await pipeline.files.aclose()  # every file finished (fsync, rename) first
-                for publisher in self._publishers():
-                    publisher.offer([publisher.policy.offline_status(time.monotonic())])
+                for pipeline in self.vehicles.values():
+                    if pipeline.publisher is not None:
+                        pipeline.publisher.offer(final_status(pipeline, pipeline.publisher))
                 if self.publisher is not None:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
@@ -672,9 +688,6 @@ class Recorder:
         return MavlinkCodec(
             system_id=link.sysid, component_id=link.compid, signing_key=self._signing_key
         )
-
-    def _publishers(self) -> list[Publisher]:
-        return [p.publisher for p in self.vehicles.values() if p.publisher is not None]
 
     def _new_vehicle(self, system_id: int, now: float) -> Pipeline:
         """A pipeline for the autopilot ``system_id``, heard for the first time on the link.
@@ -1025,11 +1038,12 @@ class Recorder:
         """One line: state, file, bytes, rate, packets, gaps, dropouts (and MQTT)."""
         status = self.status
         name = "-" if status.log_path is None else status.log_path.name
+        gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
+        dropouts = "1 dropout" if status.dropouts == 1 else f"{status.dropouts} dropouts"
         text = (
             f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
             f"{status.bytes_per_s / 1e3:.0f} KB/s, {status.packets} packets, "
-            f"{status.gaps} gaps ({status.packets_lost} lost, {status.late} late), "
-            f"{status.dropouts} dropouts"
+            f"{gaps} ({status.packets_lost} lost, {status.late} late), {dropouts}"
         )
         if len(self.vehicles) > 1:
             text += f" (first of {len(self.vehicles)} vehicles)"
@@ -1042,5 +1056,25 @@ class Recorder:
         stream = self._status_stream
         if stream is None:
             return
-        stream.write("\r\x1b[K" + ("" if final else self.status_text()))
+        text = ""
+        if not final:
+            if self._stop_requested.is_set() and not self._stop_hint_shown:
+                self._stop_hint_shown = True
+                stream.write("\r\x1b[Kstopping: Ctrl-C again ends at once (the .part is kept)\n")
+            text = fit_line(self.status_text(), terminal_width(stream))
+        stream.write("\r\x1b[K" + text)
         stream.flush()
+
+
+def terminal_width(stream: TextIO) -> int:
+    """Columns of the terminal ``stream`` writes to (``$COLUMNS`` or 80 when it cannot tell)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size().columns
+
+
+def fit_line(text: str, width: int) -> str:
+    """``text`` cut to fit in ``width`` columns without wrapping (the last column stays free)."""
+    room = max(width - 1, 1)
+    return text if len(text) <= room else text[: room - 1] + "~"
