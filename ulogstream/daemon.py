@@ -87,6 +87,9 @@ STATUS_INTERVAL_S = 0.5
 STATUS_LOG_INTERVAL_S = 60.0
 """Period of the key=value status line logged when there is no terminal status line."""
 
+STOP_PROGRESS_LOG_S = 5.0
+"""Period of the 'stopping: ...' progress line in the log while a stop waits for the vehicle."""
+
 HELLO_INTERVAL_S = 1.0
 """Period of our HEARTBEAT on a link where no vehicle has been heard yet."""
 
@@ -891,6 +894,7 @@ class Recorder:
     async def _timer_loop(self) -> None:
         """Drive every vehicle's timers until all have ended (stopped, or given up)."""
         stopping = False
+        next_progress_log = 0.0
         while True:
             now = time.monotonic()
             vehicles = list(self.vehicles.values())
@@ -900,6 +904,12 @@ class Recorder:
                 self._stop_requested.is_set() or any(p.fatal is not None for p in vehicles)
             ):
                 stopping = True
+                next_progress_log = now + STOP_PROGRESS_LOG_S
+                if self._status_stream is None:  # a terminal shows this on its status line
+                    logger.info(
+                        "stopping: LOGGING_STOP sent; a second SIGINT or SIGTERM ends at once "
+                        "(the .part is kept)"
+                    )
                 for pipeline in vehicles:
                     pipeline.stop(now)
                 continue
@@ -920,6 +930,8 @@ class Recorder:
                     pipeline.status.state = (
                         "stopping" if progress is None else f"stopping: {progress}"
                     )
+                    if progress is not None and now >= next_progress_log:
+                        logger.info("stopping: %s", progress)
                 elif pipeline.rejected is not None:
                     self._rejected(pipeline, now)
                 else:
@@ -927,6 +939,8 @@ class Recorder:
                         pipeline.session.state, pipeline.status.state
                     )
                 pipeline.timer(now)
+            if stopping and now >= next_progress_log:
+                next_progress_log = now + STOP_PROGRESS_LOG_S
             deadlines = [d for p in vehicles if (d := p.next_deadline()) is not None]
             delay = TIMER_TICK_S
             if deadlines:
