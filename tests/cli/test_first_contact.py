@@ -5,16 +5,14 @@ One line each, no traceback, and no success claimed for work not done.
 
 from __future__ import annotations
 
+import errno
 import os
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
 from ulogstream import __version__
 from ulogstream.cli import main
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -60,12 +58,20 @@ def test_record_out_below_a_file_fails_at_start_up(
     _one_error(err, str(blocker / "sub"), "a part of the path is a file", "--out")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
 def test_record_out_in_a_directory_without_write_permission_fails_at_start_up(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
+    if os.geteuid() == 0:  # root writes anyway: refuse as the kernel would for anyone else
+        real_open = os.open
+
+        def refusing_open(path: str, flags: int, mode: int = 0o777, **kwargs: int | None) -> int:
+            if Path(path).parent == locked and flags & os.O_CREAT:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+            return real_open(path, flags, mode, **kwargs)
+
+        monkeypatch.setattr(os, "open", refusing_open)
     try:
         status, _, err = _run(capsys, "record", "udpin:127.0.0.1:14550", "--out", str(locked))
     finally:
