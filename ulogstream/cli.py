@@ -23,6 +23,7 @@ import numpy as np
 from ulogstream.adapters.connection import parse_connection
 from ulogstream.adapters.replay import replay_to_mqtt
 from ulogstream.adapters.sd_notify import Notifier
+from ulogstream.adapters.ulog_file import iter_events
 from ulogstream.config import COMMAND_LINE, Settings, load_settings, parse_override
 from ulogstream.daemon import Recorder, publish_settings, sink_settings
 from ulogstream.demo import DemoOptions, run_demo, summary_lines
@@ -47,7 +48,6 @@ from ulogstream.ulog.events import (
     Truncated,
     ULogEvent,
 )
-from ulogstream.ulog.reader import iter_events
 from ulogstream.ulog.spec import log_level_name
 
 if TYPE_CHECKING:

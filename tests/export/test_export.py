@@ -20,6 +20,7 @@ from numpy.lib.recfunctions import repack_fields
 from rosbags.rosbag1 import Reader
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
+from ulogstream.adapters.ulog_file import read
 from ulogstream.errors import UlogstreamError
 from ulogstream.export import rosbag
 from ulogstream.export.mcap import export_mcap
@@ -36,7 +37,6 @@ from ulogstream.export.rostypes import (
     text_of,
 )
 from ulogstream.ulog.events import FormatDefined, LoggedString, Parameter
-from ulogstream.ulog.reader import read
 from ulogstream.ulog.writer import ULogWriter
 
 if TYPE_CHECKING:
