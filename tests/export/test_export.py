@@ -319,9 +319,9 @@ def check_export(
     }
     for topic, key in data_topics.items():
         rows, timestamps = expected.topics[key]
-        if version is RosVersion.ROS1:  # the bag reader yields in time order, ties in file order
-            order = np.argsort(timestamps, kind="stable")
-            rows, timestamps = rows[order], timestamps[order]
+        # both formats are written in time order, ties in log order (Foxglove needs it)
+        order = np.argsort(timestamps, kind="stable")
+        rows, timestamps = rows[order], timestamps[order]
         assert back.types[topic] == ros_type_name(key[0]), topic
         if by_bytes:
             wire = ros1_wire(rows, string_fields(key[0], expected.formats))
@@ -333,12 +333,11 @@ def check_export(
     strings = expected.strings
     parameters = expected.parameters
     start = expected.header_timestamp_us
-    if version is RosVersion.ROS1:
-        strings = sorted(strings, key=lambda s: clock.to_ns(s.timestamp_us))
-        parameters = sorted(
-            parameters,
-            key=lambda p: clock.to_ns(start if p.timestamp_us is None else p.timestamp_us),
-        )
+    strings = sorted(strings, key=lambda s: clock.to_ns(s.timestamp_us))
+    parameters = sorted(
+        parameters,
+        key=lambda p: clock.to_ns(start if p.timestamp_us is None else p.timestamp_us),
+    )
     logs = back.messages.get("/rosout", [])
     assert [m.msg for m in logs] == [s.text for s in strings]  # type: ignore[attr-defined]
     levels = [ros_log_level(s.level, version) for s in strings]
