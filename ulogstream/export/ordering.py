@@ -20,7 +20,7 @@ from ulogstream.errors import UlogstreamError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-DEFAULT_BUDGET: Final = 64 << 20
+DEFAULT_BUDGET: Final = 8 << 20
 """Bytes of messages (with :data:`ENTRY_OVERHEAD` each) held in memory before a run spills."""
 
 ENTRY_OVERHEAD: Final = 120

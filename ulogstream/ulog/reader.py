@@ -49,12 +49,14 @@ from ulogstream.ulog.spec import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-BLOCK_SIZE: Final = 1 << 18
+BLOCK_SIZE: Final = 1 << 17
 """Bytes per :meth:`ULogReader.feed` call that :func:`~ulogstream.adapters.ulog_file.read`
 uses: large enough that the per-topic work of a block is small next to its rows."""
 
-_FIRST_ROOM: Final = 1 << 16
-"""Bytes first mapped for a topic instance's rows (only those written take memory)."""
+_SMALL_ROOM: Final = 1 << 15
+"""Rows of a topic instance kept in a heap array up to this many bytes, then in a memory map
+(whose last page is only partly used)."""
+_NO_BYTES: Final[npt.NDArray[np.uint8]] = np.zeros(0, np.uint8)
 _GATHER_BYTES: Final = 1 << 16
 """Rows copied out per numpy call: the transient copy stays small (below glibc's mmap
 threshold, so it is reused rather than raising the peak)."""
@@ -502,6 +504,7 @@ class _TopicBuilder:
         "multi_id",
         "name",
         "row_size",
+        "small",
         "timestamps",
         "view_timestamp",
         "void",
@@ -514,6 +517,8 @@ class _TopicBuilder:
         self.dtype = _compact(subscription.dtype)
         self.row_size = subscription.dtype.itemsize
         self.void: np.dtype[np.void] = np.dtype((np.void, self.dtype.itemsize))
+        self.small: npt.NDArray[np.uint8] = _NO_BYTES
+        """The rows while they take at most :data:`_SMALL_ROOM` bytes."""
         self.map: mmap.mmap | None = None
         """Room for the rows; the first ``count`` rows of :attr:`dtype`'s itemsize are rows."""
         self.count = 0
@@ -532,11 +537,19 @@ class _TopicBuilder:
         size = self.dtype.itemsize
         start = self.count * size
         end = start + count * size
+        self.count += count
         if self.map is None:
-            self.map = mmap.mmap(-1, max(end, _FIRST_ROOM), flags=mmap.MAP_PRIVATE)
+            if end <= _SMALL_ROOM:  # a few rows share the heap's pages with other things
+                small = self.small
+                if end > len(small):
+                    self.small = np.empty(max(end, 2 * len(small)), np.uint8)
+                    self.small[: len(small)] = small
+                return self.small[start:end].view(self.void)
+            self.map = mmap.mmap(-1, max(end, 2 * _SMALL_ROOM), flags=mmap.MAP_PRIVATE)
+            self.map[:start] = self.small[:start].tobytes()
+            self.small = _NO_BYTES
         elif end > len(self.map):
             self.map.resize(max(end, 2 * len(self.map)))
-        self.count += count
         return np.frombuffer(self.map, self.void, count, start)
 
     def add(self, rows: npt.NDArray[np.void], timestamps: npt.NDArray[np.uint64]) -> None:
@@ -550,8 +563,9 @@ class _TopicBuilder:
 
     def build(self) -> TopicData:
         data: npt.NDArray[np.void]
-        if self.map is None or not self.count:
-            data = np.zeros(0, self.dtype)
+        if self.map is None:
+            data = self.small[: self.count * self.dtype.itemsize].copy().view(self.dtype)
+            self.small = _NO_BYTES
         else:
             self.map.resize(self.count * self.dtype.itemsize)
             data = np.frombuffer(self.map, self.dtype)
