@@ -51,7 +51,9 @@ if TYPE_CHECKING:
 
 BLOCK_SIZE: Final = 1 << 17
 """Bytes per :meth:`ULogReader.feed` call that :func:`~ulogstream.adapters.ulog_file.read`
-uses: large enough that the per-topic work of a block is small next to its rows."""
+uses: large enough that the per-topic work of a block is small next to its rows (4x the
+block costs 20% less time), small enough that the block and its row offsets keep the peak
+memory level with pyulog's (``tests/bench/bench_ulog.py``)."""
 
 _SMALL_ROOM: Final = 1 << 15
 """Rows of a topic instance kept in a heap array up to this many bytes, then in a memory map
@@ -69,9 +71,9 @@ _R: Final = int(MessageType.REMOVE_LOGGED_MSG)
 _KNOWN_TYPES: Final = frozenset(int(t) for t in MessageType)
 _STATE_TYPES: Final = frozenset({_A, _R, _B})
 """Messages after which the reader catches up with the parser (subscriptions, flag bits)."""
-_ID_AT: Final = {_A: 4, _R: 3, _B: 0}
+_ID_AT: Final = {_A: 4, _R: 3}
 """Where the msg_id of an 'A' or 'R' message is, from the message start."""
-_ID_END: Final = {_A: 3, _R: 2, _B: 1 << 17}
+_ID_END: Final = {_A: 3, _R: 2}
 """Smallest payload holding that msg_id."""
 _STAMPED: Final = frozenset({Parameter, Info, InfoMultiple, Dropout})
 _NO_OFFSETS: Final[npt.NDArray[np.intp]] = np.zeros(0, np.intp)
@@ -105,7 +107,7 @@ class TopicData:
 
 @dataclass(frozen=True)
 class ULogData:
-    """Everything in a ULog file, as :func:`read` returns it.
+    """Everything in a ULog file, as :meth:`ULogReader.result` returns it.
 
     Attributes:
         header: The file header.
@@ -268,9 +270,8 @@ class ULogReader:
                             if self._parser.buffered:
                                 pos = self._through_parser(block, pos)
                                 continue
-                            if (
-                                sizes[msg_id] != size
-                            ):  # the parser's events changed the subscription
+                            # the parser's events may have changed the subscription
+                            if sizes[msg_id] != size:
                                 continue
                         offsets[msg_id].append(pos)  # type: ignore[union-attr]
                         pos = nxt
@@ -279,8 +280,9 @@ class ULogReader:
                         pending = pos
                     pos = nxt
                     if msg_type == data_type or msg_type not in _KNOWN_TYPES or not size:
-                        # damaged, or data the parser decides on: it takes over until it stands at a
-                        # message boundary again (this walk would follow a damaged size off course)
+                        # damaged, or data the parser decides on: it takes over until it
+                        # stands at a message boundary again (this walk would follow a
+                        # damaged size off course)
                         self._to_parser(block, pending, pos)
                         pending = -1
                         if self._parser.buffered:
@@ -441,7 +443,7 @@ class ULogReader:
             timestamps = np.zeros(count, np.uint64)
         else:
             timestamps = np.ndarray((count,), "<u8", room, lane.timestamp_offset, (size,))
-        del room  # the rows' map can only grow with no view of it left
+        del room  # the rows' map can only grow with no view of it left (nor of timestamps)
         if not builder.view_timestamp:
             timestamps = np.array(timestamps)
             builder.timestamps.append(timestamps)
