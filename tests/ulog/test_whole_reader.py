@@ -155,6 +155,18 @@ def outcome(data: bytes, block_size: int, *, gather: bool = True) -> ULogData | 
         return str(err), err.offset
 
 
+def test_warnings_name_file_offsets_in_their_text_too() -> None:
+    tail = ULogWriter(header=False)
+    tail.message(ord("F"), b"\xff not a format")  # after rows the parser did not see
+    data = generated_log(50) + tail.getvalue()
+    reference = fold(data, 1 << 22, gather=False)
+    ours = fold(data, 1 << 22)
+    assert_same(ours, reference)
+    offset = len(data) - len(tail.getvalue())
+    assert ours.warnings[-1].offset == offset
+    assert ours.warnings[-1].text.endswith(f"(at byte {offset})")
+
+
 def test_truncated_log_reads_as_the_parser_reads_it() -> None:
     data = generated_log(50)[:-7]
     reference = fold(data, 1 << 22, gather=False)

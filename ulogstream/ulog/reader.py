@@ -376,7 +376,11 @@ class ULogReader:
                 self._deferred.append(event)  # type: ignore[arg-type]
                 self._cutoffs = np.append(self._cutoffs, cutoff)
                 self._bases = np.append(self._bases, np.uint64(self._gathered_max))
-            elif isinstance(event, Corruption | ParserWarning | Truncated):
+            elif isinstance(event, ParserWarning):  # its text may name the offset too
+                mapped = self._file_offset(event.offset)
+                text = event.text.replace(f"(at byte {event.offset})", f"(at byte {mapped})")
+                collector.add(ParserWarning(mapped, text))
+            elif isinstance(event, Corruption | Truncated):
                 mapped = self._file_offset(event.offset)
                 collector.add(dataclasses.replace(event, offset=mapped))
             else:
