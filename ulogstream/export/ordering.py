@@ -5,7 +5,7 @@ are logged with timestamp 0, or jump back), and the export batches rows per topi
 bag reader takes the first chunk's start time as the bag's start and drops every message
 before it. :class:`TimeOrder` takes messages in any order and gives them back sorted by time
 (ties in arrival order): in memory up to a budget, beyond it through sorted runs in temporary
-files that are merged at the end.
+files that are merged at the end (and into one whenever :data:`MAX_RUNS` pile up).
 """
 
 from __future__ import annotations
@@ -18,13 +18,17 @@ from typing import IO, TYPE_CHECKING, Final, Self
 from ulogstream.errors import UlogstreamError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
 DEFAULT_BUDGET: Final = 8 << 20
 """Bytes of messages (with :data:`ENTRY_OVERHEAD` each) held in memory before a run spills."""
 
 ENTRY_OVERHEAD: Final = 120
 """Memory one held message costs beyond its bytes (tuple, int and bytes objects)."""
+
+MAX_RUNS: Final = 64
+"""Runs kept at once: at this many they are merged into one (a log far larger than memory
+must not run out of file descriptors)."""
 
 _RECORD: Final = struct.Struct("<qII")
 """A message in a run file: time in ns, connection, length; the bytes follow."""
@@ -102,20 +106,29 @@ class TimeOrder:
     def _spill(self) -> None:
         held = self._held
         held.sort(key=_time)
+        self._write_run(held)
+        self._held = []
+        self._held_bytes = 0
+        if len(self._runs) >= MAX_RUNS:
+            runs, self._runs = self._runs, []
+            # merged in arrival order, so ties keep theirs
+            self._write_run(heapq.merge(*(_read_run(run) for run in runs), key=_time))
+            for run in runs:
+                run.close()
+
+    def _write_run(self, entries: Iterable[Entry]) -> None:
         try:
             run = tempfile.TemporaryFile(prefix="ulogstream-order-", dir=self._directory)  # noqa: SIM115 (closed in close())
             self._runs.append(run)
             pack = _RECORD.pack
             write = run.write
-            for time_ns, connection, data in held:
+            for time_ns, connection, data in entries:
                 write(pack(time_ns, connection, len(data)))
                 write(data)
             run.flush()
         except OSError as err:
             msg = f"cannot write a temporary file to sort messages by time: {err.strerror or err}"
             raise UlogstreamError(msg) from err
-        self._held = []
-        self._held_bytes = 0
 
 
 def _time(entry: Entry) -> int:
