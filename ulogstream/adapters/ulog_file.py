@@ -24,13 +24,17 @@ if TYPE_CHECKING:
 DEFAULT_CHUNK_SIZE: Final = 1 << 20
 """Bytes read from the file per parser call by :func:`iter_events`."""
 
+MIN_BLOCK_SIZE: Final = 1 << 17
+"""Smallest block :func:`read` feeds: twice the largest message (64 KiB + 3), so every block
+holds at least one whole message after the partial one carried over."""
+
 
 def read(path: str | os.PathLike[str], *, block_size: int = BLOCK_SIZE) -> ULogData:
     """Read a whole ULog file.
 
     Args:
         path: The file.
-        block_size: Bytes read at a time (at least 64 KiB + 3, the largest message).
+        block_size: Bytes read at a time; at least :data:`MIN_BLOCK_SIZE`.
 
     Raises:
         UlogstreamError: The file cannot be opened or read.
@@ -38,7 +42,7 @@ def read(path: str | os.PathLike[str], *, block_size: int = BLOCK_SIZE) -> ULogD
     """
     path = Path(path)
     reader = ULogReader()
-    _feed_file(path, reader, max(block_size, 1 << 17))
+    _feed_file(path, reader, max(block_size, MIN_BLOCK_SIZE))
     return reader.result()
 
 
