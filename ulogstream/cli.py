@@ -26,6 +26,7 @@ from ulogstream import __version__
 from ulogstream.adapters.connection import parse_connection
 from ulogstream.adapters.replay import replay_to_mqtt
 from ulogstream.adapters.sd_notify import Notifier
+from ulogstream.adapters.ulog_file import iter_events
 from ulogstream.config import COMMAND_LINE, Settings, load_settings, parse_override
 from ulogstream.daemon import (
     Recorder,
@@ -56,7 +57,6 @@ from ulogstream.ulog.events import (
     Truncated,
     ULogEvent,
 )
-from ulogstream.ulog.reader import iter_events
 from ulogstream.ulog.spec import log_level_name
 
 if TYPE_CHECKING:

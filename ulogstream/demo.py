@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from ulogstream.adapters.ulog_file import read
 from ulogstream.config import LinkSettings, MqttSettings, RecordingSettings, Settings
 from ulogstream.daemon import Recorder, RecorderStatus, fit_line, terminal_width
 from ulogstream.sim import USB_LINK_RATE
@@ -26,7 +27,6 @@ from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import VehicleConfig
-from ulogstream.ulog.reader import read
 
 if TYPE_CHECKING:
     from ulogstream.sim.runner import SimSummary

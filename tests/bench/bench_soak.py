@@ -41,9 +41,9 @@ from daemon.support import (  # noqa: E402
     make_flight,
 )
 
+from ulogstream.adapters.ulog_file import read  # noqa: E402
 from ulogstream.demo import free_udp_port  # noqa: E402
 from ulogstream.sim.vehicle import USB_LINK_RATE  # noqa: E402
-from ulogstream.ulog.reader import read  # noqa: E402
 
 USB_PACKETS_PER_S = 2100
 """PX4 streams about this many LOGGING_DATA packets per second over USB (protocol.md)."""
