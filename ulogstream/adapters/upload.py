@@ -1,0 +1,324 @@
+"""Finished logs leave the vehicle: described (size, SHA-256), announced, then uploaded.
+
+:class:`LogShipper` takes each finished log from the event loop without waiting
+(:meth:`LogShipper.offer`) and works in two stages, each behind a bounded queue:
+
+1. describe: the SHA-256 is computed in a thread (a 100 MB log takes a while) and the
+   :class:`FinishedLogInfo` handed to ``announce`` (the daemon publishes it on MQTT);
+2. upload (only with ``upload.command``): the command is run as a subprocess, without a shell,
+   with the placeholders filled into each of its words; a run that fails or outlasts
+   ``timeout_s`` is retried with a doubling backoff, ``attempts`` times in all. Each outcome is one
+   log line and a counter (:attr:`LogShipper.uploaded`, :attr:`LogShipper.failed`,
+   :attr:`LogShipper.skipped`).
+
+Nothing here touches a ``.part`` file: only logs already finished (renamed to ``.ulg``) arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ulogstream.config import SettingError, UploadSettings, upload_command
+from ulogstream.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 600.0
+"""Longest wait between two runs of the upload command for one log."""
+
+DESCRIBE_QUEUE = 1000
+"""Finished logs waiting for their checksum; more are announced without one."""
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TIME = re.compile(r"^(\d{2})_(\d{2})_(\d{2})")
+_HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishedLogInfo:
+    """What is announced about one finished log (``meta/log_finished``).
+
+    Attributes:
+        path: The ``.ulg`` file.
+        size: Bytes in it.
+        sha256: Its SHA-256 in hex (None when it could not be read).
+        start_time: UTC start of the log from its file name, ISO 8601 (None if not named so).
+        date: The UTC date of the log, ``YYYY-MM-DD`` (the ``{date}`` placeholder).
+        vehicle: The vehicle id it was recorded for.
+        complete: Whether the log ended with the vehicle's end of stream.
+        how: How it ended, in words.
+    """
+
+    path: Path
+    size: int
+    sha256: str | None
+    start_time: str | None
+    date: str
+    vehicle: str
+    complete: bool
+    how: str
+
+    def as_json(self) -> dict[str, str | int | bool | None]:
+        """The announcement's JSON object."""
+        return {
+            "path": str(self.path),
+            "name": self.path.name,
+            "size": self.size,
+            "sha256": self.sha256,
+            "start_time": self.start_time,
+            "vehicle": self.vehicle,
+            "complete": self.complete,
+            "how": self.how,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    path: Path
+    size: int
+    vehicle: str
+    how: str
+    announce: Callable[[FinishedLogInfo], None] | None
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of the file at ``path`` in hex (blocking: call it in a thread)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe(path: Path, size: int, *, vehicle: str, how: str) -> FinishedLogInfo:
+    """Describe a finished log (blocking: reads the whole file for the checksum)."""
+    try:
+        sha256: str | None = sha256_of(path)
+    except OSError as err:
+        logger.warning("cannot read %s for its checksum: %s", path, err.strerror)
+        sha256 = None
+    date = path.parent.name
+    start_time = None
+    clock = _TIME.match(path.stem)
+    if _DATE.match(date) and clock is not None:
+        start_time = f"{date}T{clock[1]}:{clock[2]}:{clock[3]}Z"
+    else:
+        with contextlib.suppress(OSError):
+            date = datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%d")
+        if not _DATE.match(date):
+            date = datetime.now(UTC).strftime("%Y-%m-%d")
+    return FinishedLogInfo(
+        path=path,
+        size=size,
+        sha256=sha256,
+        start_time=start_time,
+        date=date,
+        vehicle=vehicle,
+        complete=how.startswith("complete"),
+        how=how,
+    )
+
+
+class LogShipper:
+    """Describes, announces and (with a command) uploads finished logs, off the event loop's path.
+
+    Args:
+        settings: The ``[upload]`` settings.
+
+    Raises:
+        ConfigError: ``settings.command`` cannot be used.
+    """
+
+    def __init__(self, settings: UploadSettings) -> None:
+        self.settings = settings
+        try:
+            self._words = None if settings.command is None else upload_command(settings.command)
+        except SettingError as err:
+            raise ConfigError(str(err)) from None
+        self._describe: asyncio.Queue[_Finished] = asyncio.Queue(DESCRIBE_QUEUE)
+        self._uploads: asyncio.Queue[FinishedLogInfo] = asyncio.Queue(settings.queue_size)
+        self._uploading = 0
+        self.uploaded = 0
+        """Logs whose command succeeded."""
+        self.failed = 0
+        """Logs given up after every attempt failed."""
+        self.skipped = 0
+        """Logs not uploaded because the queue was full."""
+        self.announced = 0
+        """Finished logs handed to their ``announce``."""
+        self.last_error: str | None = None
+        """Why the last failed run failed."""
+
+    @property
+    def uploads(self) -> bool:
+        """Whether an upload command is set."""
+        return self._words is not None
+
+    @property
+    def backlog(self) -> int:
+        """Logs waiting for (or in) their upload."""
+        return self._uploads.qsize() + self._uploading
+
+    def offer(
+        self,
+        path: Path,
+        size: int,
+        *,
+        vehicle: str,
+        how: str,
+        announce: Callable[[FinishedLogInfo], None] | None = None,
+    ) -> None:
+        """Take a finished log without waiting; ``announce`` gets its description."""
+        try:
+            self._describe.put_nowait(_Finished(path, size, vehicle, how, announce))
+        except asyncio.QueueFull:
+            logger.warning(
+                "too many finished logs waiting: %s is neither announced nor uploaded", path
+            )
+            self.skipped += 1
+
+    async def wait_described(self) -> None:
+        """Wait until every offered log was announced (bound it with asyncio.timeout)."""
+        await self._describe.join()
+
+    async def run(self) -> None:
+        """Describe and upload for ever (until cancelled)."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._describe_loop())
+            if self._words is not None:
+                group.create_task(self._upload_loop(self._words))
+
+    async def _describe_loop(self) -> None:
+        while True:
+            item = await self._describe.get()
+            try:
+                info = await asyncio.to_thread(
+                    describe, item.path, item.size, vehicle=item.vehicle, how=item.how
+                )
+                if item.announce is not None:
+                    item.announce(info)
+                    self.announced += 1
+                if self._words is not None:
+                    try:
+                        self._uploads.put_nowait(info)
+                    except asyncio.QueueFull:
+                        self.skipped += 1
+                        logger.warning(
+                            "upload queue full (%d logs): %s is not uploaded",
+                            self.settings.queue_size,
+                            info.path,
+                        )
+            finally:
+                self._describe.task_done()
+
+    async def _upload_loop(self, words: list[str]) -> None:
+        while True:
+            info = await self._uploads.get()
+            self._uploading = 1
+            try:
+                await self._upload(words, info)
+            finally:
+                self._uploading = 0
+
+    async def _upload(self, words: list[str], info: FinishedLogInfo) -> None:
+        settings = self.settings
+        values = {
+            "path": str(info.path),
+            "name": info.path.name,
+            "stem": info.path.stem,
+            "vehicle": info.vehicle,
+            "date": info.date,
+            "sha256": info.sha256 or "",
+        }
+        argv = [word.format_map(values) for word in words]
+        backoff = settings.backoff_s
+        for attempt in range(1, settings.attempts + 1):
+            if not info.path.exists():
+                logger.warning("upload of %s skipped: the file no longer exists", info.path)
+                self.skipped += 1
+                return
+            started = time.monotonic()
+            error = await self._run(argv)
+            elapsed = time.monotonic() - started
+            if error is None:
+                self.uploaded += 1
+                logger.info(
+                    "uploaded %s (%d bytes) with %s in %.1f s",
+                    info.path,
+                    info.size,
+                    argv[0],
+                    elapsed,
+                )
+                if settings.delete_after_upload:
+                    await self._delete(info.path)
+                return
+            self.last_error = error
+            if attempt == settings.attempts:
+                self.failed += 1
+                logger.error(
+                    "upload of %s failed %d time(s), given up (the file stays): %s",
+                    info.path,
+                    attempt,
+                    error,
+                )
+                return
+            logger.warning(
+                "upload of %s failed (attempt %d of %d): %s; retrying in %.0f s",
+                info.path,
+                attempt,
+                settings.attempts,
+                error,
+                backoff,
+            )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def _run(self, argv: list[str]) -> str | None:
+        """Run ``argv`` once; None when it succeeded, else why not (one line)."""
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        except OSError as err:
+            return f"cannot run {argv[0]}: {err.strerror}"
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                output, _ = await process.communicate()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            return f"{argv[0]} took longer than {self.settings.timeout_s:g} s and was killed"
+        except BaseException:  # cancelled (stopping): never leave the command running
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            raise
+        if process.returncode == 0:
+            return None
+        lines = output.decode(errors="replace").strip().splitlines()
+        said = f": {lines[-1][:200]}" if lines else ""
+        return f"{argv[0]} exited with {process.returncode}{said}"
+
+    @staticmethod
+    async def _delete(path: Path) -> None:
+        try:
+            await asyncio.to_thread(path.unlink)
+        except OSError as err:
+            logger.warning("cannot delete uploaded %s: %s", path, err.strerror)
+        else:
+            logger.info("deleted %s after its upload", path)
