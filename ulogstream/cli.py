@@ -649,7 +649,10 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
         "--mqtt", metavar="URL", help="publish live to mqtt://HOST[:PORT] or mqtts://"
     )
     parser.add_argument("--mqtt-rate", type=float, help="default samples/s per topic (0 = all)")
-    parser.add_argument("--vehicle-id", help="MQTT vehicle id (default: hostname)")
+    parser.add_argument(
+        "--vehicle-id",
+        help="MQTT vehicle id or template of {hostname} {link} {sysid} (default {hostname}-{link})",
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -754,7 +757,7 @@ def _configure_replay(parser: argparse.ArgumentParser) -> None:
         help="times the log's own pace (default 1); 0 = as fast as possible",
     )
     parser.add_argument("--config", type=Path, help="TOML settings for the [mqtt] section")
-    parser.add_argument("--vehicle-id", help="MQTT vehicle id (default: hostname)")
+    parser.add_argument("--vehicle-id", help="MQTT vehicle id (default: {hostname}-replay)")
     parser.add_argument("--mqtt-rate", type=float, help="default samples/s per topic (0 = all)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 

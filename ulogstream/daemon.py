@@ -98,6 +98,12 @@ LOSS_WARNING_INTERVAL_S = 5.0
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
 
+ANNOUNCE_WAIT_S = 5.0
+"""At a stop, the longest wait for the last finished logs' checksums and announcements."""
+
+UPLOAD_WAIT_S = 15.0
+"""At a stop, the longest wait for uploads still running or queued (the files stay if not)."""
+
 RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds before a failed side task (status, MQTT) is started again (the last one repeats)."""
 
@@ -714,8 +720,7 @@ class Recorder:
                 for pipeline in self.vehicles.values():
                     pipeline.refresh_status()  # the last counters, for the caller and MQTT
                     await pipeline.files.aclose()  # every file finished (fsync, rename) first
-                with contextlib.suppress(TimeoutError):  # finished logs announced first
-                    await asyncio.wait_for(self.shipper.wait_described(), 5.0)
+                await self._finish_shipping()
                 for publisher in self._publishers():
                     publisher.offer([publisher.policy.offline_status(time.monotonic())])
                 if self.publisher is not None:
@@ -739,6 +744,20 @@ class Recorder:
             if pipeline.fatal is not None or (pipeline.rejected is not None and self.once):
                 self.exit_code = 1
         return self.exit_code
+
+    async def _finish_shipping(self) -> None:
+        """Let finished logs be announced, and uploads end, for a bounded time before stopping."""
+        shipper = self.shipper
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(shipper.wait_described(), ANNOUNCE_WAIT_S)
+        if shipper.backlog:
+            logger.info(
+                "waiting up to %.0f s for %d upload(s) before stopping",
+                UPLOAD_WAIT_S,
+                shipper.backlog,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(shipper.wait_idle(), UPLOAD_WAIT_S)
 
     def _make_codec(self) -> MavlinkCodec:
         link = self.settings.link

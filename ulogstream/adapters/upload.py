@@ -20,7 +20,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import re
+import signal
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -131,6 +133,13 @@ def describe(path: Path, size: int, *, vehicle: str, how: str) -> FinishedLogInf
     )
 
 
+async def _kill(process: asyncio.subprocess.Process) -> None:
+    """Kill ``process`` and everything it started (its process group), then reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
+
+
 class LogShipper:
     """Describes, announces and (with a command) uploads finished logs, off the event loop's path.
 
@@ -193,6 +202,11 @@ class LogShipper:
         """Wait until every offered log was announced (bound it with asyncio.timeout)."""
         await self._describe.join()
 
+    async def wait_idle(self) -> None:
+        """Wait until every offered log was announced and uploaded or given up (bound it)."""
+        await self._describe.join()
+        await self._uploads.join()
+
     async def run(self) -> None:
         """Describe and upload for ever (until cancelled)."""
         async with asyncio.TaskGroup() as group:
@@ -229,8 +243,17 @@ class LogShipper:
             self._uploading = 1
             try:
                 await self._upload(words, info)
+            except asyncio.CancelledError:
+                left = 1 + self._uploads.qsize()
+                logger.warning(
+                    "stopping: %d log(s) not uploaded, the first %s (the files stay)",
+                    left,
+                    info.path,
+                )
+                raise
             finally:
                 self._uploading = 0
+                self._uploads.task_done()
 
     async def _upload(self, words: list[str], info: FinishedLogInfo) -> None:
         settings = self.settings
@@ -293,6 +316,7 @@ class LogShipper:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a kill reaches its children
             )
         except OSError as err:
             return f"cannot run {argv[0]}: {err.strerror}"
@@ -300,13 +324,11 @@ class LogShipper:
             async with asyncio.timeout(self.settings.timeout_s):
                 output, _ = await process.communicate()
         except TimeoutError:
-            process.kill()
-            await process.wait()
+            await _kill(process)
             return f"{argv[0]} took longer than {self.settings.timeout_s:g} s and was killed"
         except BaseException:  # cancelled (stopping): never leave the command running
             if process.returncode is None:
-                process.kill()
-                await process.wait()
+                await _kill(process)
             raise
         if process.returncode == 0:
             return None
