@@ -50,9 +50,11 @@ USB CDC ports (a Pixhawk's USB) run at USB speed whatever the rate.
 _TOPIC_FORBIDDEN = re.compile(r"[+#\x00]")
 _LEVEL_FORBIDDEN = re.compile(r"[/+#\x00]")
 
-VEHICLE_PLACEHOLDERS = ("hostname", "link", "sysid")
+VEHICLE_PLACEHOLDERS = ("hostname", "link", "sysid", "sys_uuid")
 """What ``mqtt.vehicle_id`` may name: this machine's host name (without domain), the link
-(``link.connection`` as one topic level) and the autopilot's MAVLink system id."""
+(``link.connection`` as one topic level), the autopilot's MAVLink system id and its ``sys_uuid``
+(from the newest finished log, remembered across restarts; until one is known, the default
+vehicle id stands in for it)."""
 DEFAULT_VEHICLE_ID = "{hostname}-{link}"
 """The vehicle id unless configured: unique on a host, since one link has one recorder."""
 CLIENT_ID_PLACEHOLDERS = ("hostname", "link", "vehicle")
@@ -294,17 +296,27 @@ class MqttSettings:
         """The brokers tried in turn: ``url``, then ``urls`` (empty: no publishing)."""
         return self.urls if self.url is None else (self.url, *self.urls)
 
-    def effective_vehicle_id(self, *, link: str = "", sysid: int = 1) -> str:
+    @property
+    def uses_sys_uuid(self) -> bool:
+        """Whether the vehicle id names the autopilot's ``{sys_uuid}``."""
+        return self.vehicle_id is not None and "{sys_uuid}" in self.vehicle_id
+
+    def effective_vehicle_id(
+        self, *, link: str = "", sysid: int = 1, sys_uuid: str | None = None
+    ) -> str:
         """The vehicle id used in topics: the ``vehicle_id`` template (or the default) filled in.
 
         Args:
             link: ``link.connection`` (``{link}``: made one topic level, ``/dev/`` dropped).
             sysid: The autopilot's MAVLink system id (``{sysid}``).
+            sys_uuid: The autopilot's ``sys_uuid`` (``{sys_uuid}``); None: not known yet, and
+                :data:`DEFAULT_VEHICLE_ID` stands in for it.
         """
         template = DEFAULT_VEHICLE_ID if self.vehicle_id is None else self.vehicle_id
-        return _topic_level(
-            template.format(hostname=host_name(), link=link_name(link), sysid=sysid)
-        )
+        values = {"hostname": host_name(), "link": link_name(link), "sysid": sysid}
+        if sys_uuid is None:
+            sys_uuid = DEFAULT_VEHICLE_ID.format_map(values)
+        return _topic_level(template.format_map({**values, "sys_uuid": sys_uuid}))
 
     def effective_client_id(self, vehicle_id: str, *, link: str = "") -> str:
         """The MQTT client id: the ``client_id`` template (or the default) filled in."""

@@ -38,7 +38,7 @@ from ulogstream.adapters.log_files import (
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.adapters.upload import FinishedLogInfo, LogShipper
+from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, recalled_sys_uuid
 from ulogstream.config import DEFAULT_VEHICLE_ID, MqttSettings, Settings, mqtt_password
 from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UlogstreamError
 from ulogstream.mavlink_codec import MavlinkCodec
@@ -94,6 +94,9 @@ TIMER_TICK_S = 0.05
 
 LOSS_WARNING_INTERVAL_S = 5.0
 """Least seconds between two packet-loss warnings in the log (the counters keep the rest)."""
+
+SYS_UUID_FILE = ".sys_uuid"
+"""In a vehicle's recording folder: its autopilot's ``sys_uuid`` from the newest finished log."""
 
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
@@ -498,6 +501,15 @@ def _drop(_data: bytes) -> None:
     """Where sends go while no link is open."""
 
 
+def _sys_uuid_note(mqtt: MqttSettings, sys_uuid: str | None) -> str:
+    """How ``{sys_uuid}`` was filled in, for the start-up line."""
+    if not mqtt.uses_sys_uuid:
+        return ""
+    if sys_uuid is None:
+        return "; sys_uuid not known yet: the default id stands in until a log shows it"
+    return f"; sys_uuid {sys_uuid} from the last log"
+
+
 def _announce(publisher: Publisher, info: FinishedLogInfo) -> None:
     """Publish ``{root}/{vehicle}/meta/log_finished`` (not retained: an event) for ``info``."""
     settings = publisher.policy.settings
@@ -514,7 +526,7 @@ def _announce(publisher: Publisher, info: FinishedLogInfo) -> None:
 
 
 def publish_settings(
-    mqtt: MqttSettings, *, link: str = "replay", sysid: int = 1
+    mqtt: MqttSettings, *, link: str = "replay", sysid: int = 1, sys_uuid: str | None = None
 ) -> PublishSettings:
     """The publish policy's settings from the ``[mqtt]`` configuration.
 
@@ -522,9 +534,10 @@ def publish_settings(
         mqtt: The ``[mqtt]`` settings.
         link: ``link.connection`` for the vehicle id's ``{link}``.
         sysid: The autopilot's system id for the vehicle id's ``{sysid}``.
+        sys_uuid: The autopilot's ``sys_uuid`` if known, for ``{sys_uuid}``.
     """
     return PublishSettings(
-        vehicle_id=mqtt.effective_vehicle_id(link=link, sysid=sysid),
+        vehicle_id=mqtt.effective_vehicle_id(link=link, sysid=sysid, sys_uuid=sys_uuid),
         root=mqtt.root,
         rate_hz=mqtt.default_rate_hz,
         topic_rates=dict(mqtt.rates),
@@ -573,7 +586,7 @@ def sink_settings(mqtt: MqttSettings, *, client_id: str | None = None) -> MqttSi
 
 
 def build_publisher(
-    mqtt: MqttSettings, *, link: str = "replay", sysid: int = 1
+    mqtt: MqttSettings, *, link: str = "replay", sysid: int = 1, sys_uuid: str | None = None
 ) -> Publisher | None:
     """The MQTT side, or None when no broker is configured.
 
@@ -581,13 +594,14 @@ def build_publisher(
         mqtt: The ``[mqtt]`` settings.
         link: ``link.connection`` for ``{link}`` in the vehicle and client ids.
         sysid: The home autopilot's system id for ``{sysid}`` in the vehicle id.
+        sys_uuid: The home autopilot's ``sys_uuid`` if known, for ``{sys_uuid}``.
 
     Raises:
         ConfigError: A setting cannot be used (bad URL, missing password file, ...).
     """
     if not mqtt.broker_urls():
         return None
-    policy = PublishPolicy(publish_settings(mqtt, link=link, sysid=sysid))
+    policy = PublishPolicy(publish_settings(mqtt, link=link, sysid=sysid, sys_uuid=sys_uuid))
     client_id = mqtt.effective_client_id(policy.settings.vehicle_id, link=link)
     sink = MqttSink(sink_settings(mqtt, client_id=client_id), will=policy.last_will())
     return Publisher(policy, sink)
@@ -663,16 +677,22 @@ class Recorder:
         """One pipeline (session, files, parser, publisher) per autopilot system id."""
         self._ignored_systems: set[int] = set()
         self._impostor_warned = False
-        link = settings.link
+        link, mqtt = settings.link, settings.mqtt
+        self._folders: dict[int, Path] = {}
+        """Each vehicle's recording folder (where its ``sys_uuid`` is remembered)."""
+        sys_uuid = None
+        if mqtt.uses_sys_uuid:
+            sys_uuid = recalled_sys_uuid(settings.recording.out_dir / SYS_UUID_FILE)
         self.publisher = build_publisher(
-            settings.mqtt, link=link.connection, sysid=link.target_sysid or 1
+            mqtt, link=link.connection, sysid=link.target_sysid or 1, sys_uuid=sys_uuid
         )
         if self.publisher is not None:
             vehicle_id = self.publisher.policy.settings.vehicle_id
             logger.info(
-                "MQTT vehicle id %r (mqtt.vehicle_id %s), client id %r",
+                "MQTT vehicle id %r (mqtt.vehicle_id %s%s), client id %r",
                 vehicle_id,
-                "default" if settings.mqtt.vehicle_id is None else repr(settings.mqtt.vehicle_id),
+                "default" if mqtt.vehicle_id is None else repr(mqtt.vehicle_id),
+                _sys_uuid_note(mqtt, sys_uuid),
                 self.publisher.sink.client_id,
             )
         self.shipper = LogShipper(settings.upload)
@@ -786,7 +806,10 @@ class Recorder:
             publisher = None
             if self.publisher is not None:
                 mqtt, link = self.settings.mqtt, self.settings.link.connection
-                settings = publish_settings(mqtt, link=link, sysid=system_id)
+                sys_uuid = None
+                if mqtt.uses_sys_uuid:  # a small read, once per vehicle
+                    sys_uuid = recalled_sys_uuid(where / SYS_UUID_FILE)
+                settings = publish_settings(mqtt, link=link, sysid=system_id, sys_uuid=sys_uuid)
                 if "{sysid}" not in (mqtt.vehicle_id or DEFAULT_VEHICLE_ID):
                     settings = replace(settings, vehicle_id=f"{settings.vehicle_id}-{folder}")
                 publisher = Publisher(PublishPolicy(settings), self.publisher.sink)
@@ -801,6 +824,7 @@ class Recorder:
             on_log_ended=self._log_ended,
         )
         pipeline.on_log_finished = partial(self._log_finished, pipeline, system_id)
+        self._folders[system_id] = where
         self.vehicles[system_id] = pipeline
         if self.pipeline is None:
             self.pipeline = pipeline
@@ -814,17 +838,45 @@ class Recorder:
         self, pipeline: Pipeline, system_id: int, finished: FinishedLog, how: str
     ) -> None:
         """Announce ``finished`` on MQTT and queue its upload (both off the event loop's path)."""
-        publisher = pipeline.publisher
+        publisher, mqtt = pipeline.publisher, self.settings.mqtt
         announce = None
         if publisher is not None:
             vehicle = publisher.policy.settings.vehicle_id
-            announce = partial(_announce, publisher)
+            announce = partial(self._announce, publisher, system_id)
         else:
             link = self.settings.link.connection
-            vehicle = self.settings.mqtt.effective_vehicle_id(link=link, sysid=system_id)
+            vehicle = mqtt.effective_vehicle_id(link=link, sysid=system_id)
+        state = self._folders[system_id] / SYS_UUID_FILE if mqtt.uses_sys_uuid else None
         self.shipper.offer(
-            finished.path, finished.size, vehicle=vehicle, how=how, announce=announce
+            finished.path,
+            finished.size,
+            vehicle=vehicle,
+            how=how,
+            announce=announce,
+            sys_uuid_file=state,
         )
+
+    def _announce(self, publisher: Publisher, system_id: int, info: FinishedLogInfo) -> None:
+        """Publish ``meta/log_finished``; say when a newly seen ``sys_uuid`` changes the id."""
+        _announce(publisher, info)
+        mqtt = self.settings.mqtt
+        if not mqtt.uses_sys_uuid or info.sys_uuid is None:
+            return
+        now = publisher.policy.settings.vehicle_id
+        link = self.settings.link.connection
+        then = mqtt.effective_vehicle_id(link=link, sysid=system_id, sys_uuid=info.sys_uuid)
+        home = system_id == (self.settings.link.target_sysid or 1)
+        if not home and "{sysid}" not in (mqtt.vehicle_id or ""):
+            then = f"{then}-{VEHICLE_FOLDER}{system_id}"
+        if then != now:
+            logger.info(
+                "autopilot sys_uuid %s (in %s): the vehicle id becomes %r at the next start "
+                "(%r until then)",
+                info.sys_uuid,
+                info.path.name,
+                then,
+                now,
+            )
 
     def _file_event(self, system_id: int, event: FileEvent) -> None:
         self.vehicles[system_id].file_event(event)

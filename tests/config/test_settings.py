@@ -179,6 +179,16 @@ def test_vehicle_and_client_id_templates_are_filled_in() -> None:
     assert MqttSettings().effective_client_id("v1") == "ulogstream-v1"
 
 
+def test_sys_uuid_in_the_vehicle_id_waits_for_it_behind_the_default() -> None:
+    host = socket.gethostname().split(".")[0]
+    mqtt = MqttSettings(vehicle_id="px4-{sys_uuid}")
+
+    assert mqtt.uses_sys_uuid
+    assert not MqttSettings().uses_sys_uuid
+    assert mqtt.effective_vehicle_id(link="/dev/pixhawk") == f"px4-{host}-pixhawk"
+    assert mqtt.effective_vehicle_id(link="/dev/pixhawk", sys_uuid="0006ab") == "px4-0006ab"
+
+
 def test_broker_urls_are_url_then_urls() -> None:
     mqtt = MqttSettings(url="mqtt://a", urls=("mqtt://b:1884", "mqtts://c"))
     assert mqtt.broker_urls() == ("mqtt://a", "mqtt://b:1884", "mqtts://c")
@@ -191,7 +201,10 @@ def test_broker_urls_are_url_then_urls() -> None:
     [
         (
             "[mqtt]\nvehicle_id = '{host}'",
-            "mqtt.vehicle_id has an unknown placeholder {host}; use {hostname}, {link}, {sysid}",
+            (
+                "mqtt.vehicle_id has an unknown placeholder {host}; use {hostname}, {link}, "
+                "{sysid}, {sys_uuid}"
+            ),
         ),
         ("[mqtt]\nclient_id = 'x-{sysid}'", "mqtt.client_id has an unknown placeholder {sysid}"),
         ("[mqtt]\nvehicle_id = 'x-{'", "mqtt.vehicle_id is not a valid template"),

@@ -121,3 +121,41 @@ async def test_two_recorders_on_one_host_publish_into_two_trees_by_default(
         assert f"MQTT vehicle id '{vehicle}' (mqtt.vehicle_id default)" in text
         assert f"client id 'ulogstream-{vehicle}'" in text
         assert text.count("MQTT connected") == 1  # the two never took each other's session
+
+
+@pytest.mark.asyncio
+async def test_a_sys_uuid_vehicle_id_is_learnt_from_a_log_and_used_from_the_next_start(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    flight = make_flight(tmp_path, duration_s=1.5, seed=10)
+    uuid = "000600000000383233333039510700340029"  # in the sim's PX4 info
+    port = free_udp_port()
+    host = socket.gethostname().split(".")[0]
+    out = tmp_path / "recordings"
+    stand_in = f"px4-{host}-udpin-127.0.0.1-{port}"
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/status") as got:
+        stderr: list[str] = []
+        for run in range(2):
+            recorder = record(
+                tmp_path, port, out, mosquitto, "--vehicle-id", "px4-{sys_uuid}", name=f"r{run}"
+            )
+            processes.append(recorder)
+            await recorder.await_line("listening on")
+            sim = fly(tmp_path, flight.path, port, f"sim{run}")
+            processes.append(sim)
+            assert await recorder.await_exit(limit=60) == 0
+            assert await sim.await_exit() == 0
+            stderr.append(recorder.stderr())
+        first, second = stderr
+        await eventually(
+            lambda: {m.topic.split("/")[1] for m in got} == {stand_in, f"px4-{uuid}"},
+            what="not the stand-in id, then the sys_uuid one",
+        )
+
+    assert f"MQTT vehicle id '{stand_in}'" in first
+    assert "sys_uuid not known yet" in first
+    assert f"becomes 'px4-{uuid}' at the next start" in first
+    assert f"MQTT vehicle id 'px4-{uuid}'" in second
+    assert f"sys_uuid {uuid} from the last log" in second
+    assert "becomes" not in second
+    assert (out / ".sys_uuid").read_text().strip() == uuid

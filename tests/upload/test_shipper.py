@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import logging
 import shutil
 from typing import TYPE_CHECKING
@@ -12,8 +13,16 @@ from typing import TYPE_CHECKING
 import pytest
 from waiting import eventually
 
-from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, describe
+from ulogstream.adapters.upload import (
+    FinishedLogInfo,
+    LogShipper,
+    describe,
+    read_sys_uuid,
+    recalled_sys_uuid,
+    remember_sys_uuid,
+)
 from ulogstream.config import UploadSettings
+from ulogstream.sim.flightlog import generate_flight_log
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -72,6 +81,7 @@ async def test_a_real_command_copies_the_log_with_its_placeholders_filled_in(
             "name": "12_34_56.ulg",
             "size": log.stat().st_size,
             "sha256": digest,
+            "sys_uuid": None,
             "start_time": "2026-11-25T12:34:56Z",
             "vehicle": "uav-1",
             "complete": True,
@@ -193,3 +203,23 @@ def test_a_log_outside_the_date_folders_gets_its_date_from_the_file(tmp_path: Pa
     assert len(info.date) == len("2026-11-25")
     assert info.complete is False
     assert info.sha256 == hashlib.sha256(b"x").hexdigest()
+
+
+def test_the_sys_uuid_is_read_from_the_log_header_and_remembered(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    generate_flight_log(out, duration_s=1.0, seed=3)
+    log = finished_log(tmp_path / "out", out.getvalue())
+    state = tmp_path / "out" / ".sys_uuid"
+    expected = "000600000000383233333039510700340029"  # the sim's PX4 info
+
+    assert read_sys_uuid(log) == expected
+    info = describe(log, len(out.getvalue()), vehicle="v", how="complete", sys_uuid_file=state)
+
+    assert info.sys_uuid == expected
+    assert info.as_json()["sys_uuid"] == expected
+    assert recalled_sys_uuid(state) == expected
+    assert not remember_sys_uuid(state, expected)  # unchanged: not written again
+    assert remember_sys_uuid(state, "another")
+    assert recalled_sys_uuid(state) == "another"
+    assert recalled_sys_uuid(tmp_path / "none") is None
+    assert read_sys_uuid(finished_log(tmp_path / "x", b"not a ulog")) is None

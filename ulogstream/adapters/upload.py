@@ -29,7 +29,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ulogstream.config import SettingError, UploadSettings, upload_command
-from ulogstream.errors import ConfigError
+from ulogstream.errors import ConfigError, ULogFormatError
+from ulogstream.ulog.events import DefinitionsEnd, Info
+from ulogstream.ulog.parser import ULogParser
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -46,6 +48,7 @@ DESCRIBE_QUEUE = 1000
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIME = re.compile(r"^(\d{2})_(\d{2})_(\d{2})")
 _HASH_CHUNK = 1 << 20
+_HEADER_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +59,7 @@ class FinishedLogInfo:
         path: The ``.ulg`` file.
         size: Bytes in it.
         sha256: Its SHA-256 in hex (None when it could not be read).
+        sys_uuid: The autopilot's ``sys_uuid`` from the log's information (None: not in it).
         start_time: UTC start of the log from its file name, ISO 8601 (None if not named so).
         date: The UTC date of the log, ``YYYY-MM-DD`` (the ``{date}`` placeholder).
         vehicle: The vehicle id it was recorded for.
@@ -66,6 +70,7 @@ class FinishedLogInfo:
     path: Path
     size: int
     sha256: str | None
+    sys_uuid: str | None
     start_time: str | None
     date: str
     vehicle: str
@@ -79,6 +84,7 @@ class FinishedLogInfo:
             "name": self.path.name,
             "size": self.size,
             "sha256": self.sha256,
+            "sys_uuid": self.sys_uuid,
             "start_time": self.start_time,
             "vehicle": self.vehicle,
             "complete": self.complete,
@@ -93,6 +99,57 @@ class _Finished:
     vehicle: str
     how: str
     announce: Callable[[FinishedLogInfo], None] | None
+    sys_uuid_file: Path | None
+
+
+def read_sys_uuid(path: Path) -> str | None:
+    """The ``sys_uuid`` information of the ULog file at ``path`` (blocking; reads its header).
+
+    Returns:
+        The value as text, or None when the header has none or cannot be read.
+    """
+    parser = ULogParser()
+    try:
+        with path.open("rb") as file:
+            while chunk := file.read(_HEADER_CHUNK):
+                for event in parser.receive_bytes(chunk):
+                    if type(event) is Info and event.key == "sys_uuid":
+                        value = event.value
+                        text = value.hex() if isinstance(value, bytes) else str(value)
+                        return text.strip("\x00 ") or None
+                    if type(event) is DefinitionsEnd:
+                        return None
+    except (OSError, ULogFormatError):
+        return None
+    return None
+
+
+def remember_sys_uuid(state: Path, sys_uuid: str) -> bool:
+    """Write ``sys_uuid`` to ``state`` unless it holds it already (blocking).
+
+    Returns:
+        Whether the file changed.
+    """
+    with contextlib.suppress(OSError):
+        if state.read_text(encoding="utf-8").strip() == sys_uuid:
+            return False
+    try:
+        state.parent.mkdir(parents=True, exist_ok=True)
+        temporary = state.with_name(state.name + ".tmp")
+        temporary.write_text(sys_uuid + "\n", encoding="utf-8")
+        temporary.replace(state)
+    except OSError as err:
+        logger.warning("cannot remember the autopilot's sys_uuid in %s: %s", state, err.strerror)
+        return False
+    return True
+
+
+def recalled_sys_uuid(state: Path) -> str | None:
+    """The ``sys_uuid`` :func:`remember_sys_uuid` wrote to ``state`` (None: none yet)."""
+    try:
+        return state.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 def sha256_of(path: Path) -> str:
@@ -104,8 +161,13 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def describe(path: Path, size: int, *, vehicle: str, how: str) -> FinishedLogInfo:
-    """Describe a finished log (blocking: reads the whole file for the checksum)."""
+def describe(
+    path: Path, size: int, *, vehicle: str, how: str, sys_uuid_file: Path | None = None
+) -> FinishedLogInfo:
+    """Describe a finished log (blocking: reads the whole file for the checksum).
+
+    With ``sys_uuid_file``, the log's ``sys_uuid`` is remembered there for the next start.
+    """
     try:
         sha256: str | None = sha256_of(path)
     except OSError as err:
@@ -121,10 +183,14 @@ def describe(path: Path, size: int, *, vehicle: str, how: str) -> FinishedLogInf
             date = datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%d")
         if not _DATE.match(date):
             date = datetime.now(UTC).strftime("%Y-%m-%d")
+    sys_uuid = read_sys_uuid(path)
+    if sys_uuid is not None and sys_uuid_file is not None:
+        remember_sys_uuid(sys_uuid_file, sys_uuid)
     return FinishedLogInfo(
         path=path,
         size=size,
         sha256=sha256,
+        sys_uuid=sys_uuid,
         start_time=start_time,
         date=date,
         vehicle=vehicle,
@@ -188,10 +254,16 @@ class LogShipper:
         vehicle: str,
         how: str,
         announce: Callable[[FinishedLogInfo], None] | None = None,
+        sys_uuid_file: Path | None = None,
     ) -> None:
-        """Take a finished log without waiting; ``announce`` gets its description."""
+        """Take a finished log without waiting; ``announce`` gets its description.
+
+        With ``sys_uuid_file``, the log's ``sys_uuid`` is remembered there (see
+        :func:`remember_sys_uuid`).
+        """
         try:
-            self._describe.put_nowait(_Finished(path, size, vehicle, how, announce))
+            item = _Finished(path, size, vehicle, how, announce, sys_uuid_file)
+            self._describe.put_nowait(item)
         except asyncio.QueueFull:
             logger.warning(
                 "too many finished logs waiting: %s is neither announced nor uploaded", path
@@ -219,7 +291,12 @@ class LogShipper:
             item = await self._describe.get()
             try:
                 info = await asyncio.to_thread(
-                    describe, item.path, item.size, vehicle=item.vehicle, how=item.how
+                    describe,
+                    item.path,
+                    item.size,
+                    vehicle=item.vehicle,
+                    how=item.how,
+                    sys_uuid_file=item.sys_uuid_file,
                 )
                 if item.announce is not None:
                     item.announce(info)
