@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiomqtt
+import paho.mqtt.client as paho
 import pytest
 from mqtt.conftest import free_port
+from paho.mqtt.enums import CallbackAPIVersion
 from waiting import eventually
 
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings, TokenBucket, is_sample
@@ -226,3 +229,67 @@ def test_a_token_bucket_refills_at_its_rate_and_spends_into_debt() -> None:
         bucket.spend(now)
     assert bucket.tokens == pytest.approx(-3.0, abs=0.05)
     assert bucket.take(now + 0.41)
+
+
+@pytest.mark.asyncio
+# mosquitto logs MQTT 3.1.1 as p2 and the clean-session flag as c1/c0
+@pytest.mark.parametrize(("protocol", "expiry", "flags"), [(4, 0, "p2, c1"), (4, 60, "p2, c0")])
+async def test_a_session_expiry_asks_the_broker_for_a_persistent_session(
+    mosquitto: Broker, protocol: int, expiry: int, flags: str
+) -> None:
+    sink = MqttSink(
+        MqttSinkSettings(
+            url=mosquitto.url, client_id="persist", protocol=protocol, session_expiry=expiry
+        )
+    )
+    async with running(sink):
+        await eventually(
+            lambda: " as persist " in broker_log(mosquitto),
+            limit=WAIT,
+            what="mosquitto did not log the connection",
+        )
+
+    line = next(x for x in broker_log(mosquitto).splitlines() if " as persist " in x)
+    assert f"({flags}," in line
+
+
+def session_present(broker: Broker, client_id: str) -> bool:
+    """Connect as ``client_id`` with MQTT 5 and clean start off: did the broker keep a session?"""
+    answered = threading.Event()
+    present: list[bool] = []
+
+    def on_connect(
+        _client: paho.Client,
+        _userdata: object,
+        flags: paho.ConnectFlags,
+        _reason: object,
+        _properties: object,
+    ) -> None:
+        present.append(flags.session_present)
+        answered.set()
+
+    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=paho.MQTTv5)
+    client.on_connect = on_connect
+    client.connect(broker.host, broker.port, clean_start=False)
+    client.loop_start()
+    try:
+        assert answered.wait(WAIT), "no CONNACK"
+    finally:
+        client.disconnect()
+        client.loop_stop()
+    return present[0]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("expiry", "kept"), [(0, False), (120, True)])
+async def test_an_mqtt5_session_outlives_the_connection_for_its_expiry(
+    mosquitto: Broker, expiry: int, *, kept: bool
+) -> None:
+    client_id = f"expiry-{expiry}"
+    sink = MqttSink(
+        MqttSinkSettings(url=mosquitto.url, client_id=client_id, protocol=5, session_expiry=expiry)
+    )
+    async with running(sink):
+        await eventually(lambda: sink.connected, limit=WAIT, what="no connection")
+
+    assert await asyncio.to_thread(session_present, mosquitto, client_id) is kept
