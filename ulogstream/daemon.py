@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import shutil
 import signal
 import time
 from collections import deque
@@ -85,6 +87,9 @@ STATUS_INTERVAL_S = 0.5
 
 STATUS_LOG_INTERVAL_S = 60.0
 """Period of the key=value status line logged when there is no terminal status line."""
+
+STOP_PROGRESS_LOG_S = 5.0
+"""Period of the 'stopping: ...' progress line in the log while a stop waits for the vehicle."""
 
 HELLO_INTERVAL_S = 1.0
 """Period of our HEARTBEAT on a link where no vehicle has been heard yet."""
@@ -180,10 +185,11 @@ class Publisher:
 
 
 class Pipeline:
-    """The receive path of one recorder: codec, session, files, parser and publisher.
+    """The receive path of one vehicle: session, files, parser and publisher.
 
     It lives as long as the recorder, across link outages and reopened devices: the session (and
-    the open log) outlives any one transport (:meth:`attach`, :meth:`detach`).
+    the open log) outlives any one transport (:meth:`attach`, :meth:`detach`). The recorder
+    decodes the link and hands each vehicle its messages (:meth:`receive_messages`).
 
     Args:
         codec: Our MAVLink codec (our sysid/compid).
@@ -630,6 +636,18 @@ def status_fields(status: RecorderStatus) -> dict[str, str | int | float | bool 
     }
 
 
+def final_status(pipeline: Pipeline, publisher: Publisher) -> list[MqttMessage]:
+    """The retained end-of-run status of a vehicle: offline, its last counters and last file."""
+    pipeline.refresh_status()
+    status = pipeline.status
+    fields = status_fields(status)
+    if status.log_path is None and status.finished:
+        fields["log_file"] = str(status.finished[-1].path)
+    now = time.monotonic()
+    publisher.policy.update_status(now, fields=fields)
+    return [publisher.policy.offline_status(now)]
+
+
 class _OnceLinkError(Exception):
     """``record --once`` found no link: carries the LinkError out of the task group."""
 
@@ -670,6 +688,7 @@ class Recorder:
         self._notifier = notifier or Notifier({})
         self._stop_requested = asyncio.Event()
         self._abandon_requested = asyncio.Event()
+        self._stop_hint_shown = False
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
         """The first vehicle's pipeline (the status line's); every one is in :attr:`vehicles`."""
@@ -741,8 +760,9 @@ class Recorder:
                     pipeline.refresh_status()  # the last counters, for the caller and MQTT
                     await pipeline.files.aclose()  # every file finished (fsync, rename) first
                 await self._finish_shipping()
-                for publisher in self._publishers():
-                    publisher.offer([publisher.policy.offline_status(time.monotonic())])
+                for pipeline in self.vehicles.values():
+                    if pipeline.publisher is not None:
+                        pipeline.publisher.offer(final_status(pipeline, pipeline.publisher))
                 if self.publisher is not None:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
@@ -765,6 +785,13 @@ class Recorder:
                 self.exit_code = 1
         return self.exit_code
 
+    def _count_uploads(self, status: RecorderStatus) -> None:
+        """Copy the (recorder-wide) upload counters into ``status``."""
+        shipper = self.shipper
+        status.uploads = shipper.uploaded
+        status.upload_failures = shipper.failed
+        status.upload_backlog = shipper.backlog
+
     async def _finish_shipping(self) -> None:
         """Let finished logs be announced, and uploads end, for a bounded time before stopping."""
         shipper = self.shipper
@@ -778,15 +805,14 @@ class Recorder:
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(shipper.wait_idle(), UPLOAD_WAIT_S)
+        for pipeline in self.vehicles.values():  # the final status shows how uploads went
+            self._count_uploads(pipeline.status)
 
     def _make_codec(self) -> MavlinkCodec:
         link = self.settings.link
         return MavlinkCodec(
             system_id=link.sysid, component_id=link.compid, signing_key=self._signing_key
         )
-
-    def _publishers(self) -> list[Publisher]:
-        return [p.publisher for p in self.vehicles.values() if p.publisher is not None]
 
     def _new_vehicle(self, system_id: int, now: float) -> Pipeline:
         """A pipeline for the autopilot ``system_id``, heard for the first time on the link.
@@ -887,6 +913,8 @@ class Recorder:
             system_id=link.sysid,
             component_id=link.compid,
             target_system=system_id,
+            reorder_packets=link.reorder_packets,
+            reorder_time=link.reorder_window_s,
             data_timeout=self.settings.recording.idle_timeout_s,
         )
 
@@ -1040,6 +1068,7 @@ class Recorder:
     async def _timer_loop(self) -> None:
         """Drive every vehicle's timers until all have ended (stopped, or given up)."""
         stopping = False
+        next_progress_log = 0.0
         while True:
             now = time.monotonic()
             vehicles = list(self.vehicles.values())
@@ -1049,6 +1078,12 @@ class Recorder:
                 self._stop_requested.is_set() or any(p.fatal is not None for p in vehicles)
             ):
                 stopping = True
+                next_progress_log = now + STOP_PROGRESS_LOG_S
+                if self._status_stream is None:  # a terminal shows this on its status line
+                    logger.info(
+                        "stopping: LOGGING_STOP sent; a second SIGINT or SIGTERM ends at once "
+                        "(the .part is kept)"
+                    )
                 for pipeline in vehicles:
                     pipeline.stop(now)
                 continue
@@ -1069,6 +1104,8 @@ class Recorder:
                     pipeline.status.state = (
                         "stopping" if progress is None else f"stopping: {progress}"
                     )
+                    if progress is not None and now >= next_progress_log:
+                        logger.info("stopping: %s", progress)
                 elif pipeline.rejected is not None:
                     self._rejected(pipeline, now)
                 else:
@@ -1076,6 +1113,8 @@ class Recorder:
                         pipeline.session.state, pipeline.status.state
                     )
                 pipeline.timer(now)
+            if stopping and now >= next_progress_log:
+                next_progress_log = now + STOP_PROGRESS_LOG_S
             deadlines = [d for p in vehicles if (d := p.next_deadline()) is not None]
             delay = TIMER_TICK_S
             if deadlines:
@@ -1131,12 +1170,9 @@ class Recorder:
                     logger.warning("%s", hint)
                 watched_since = float("inf")  # one look per link opening
             pipeline = self.pipeline
-            shipper = self.shipper
             for vehicle in self.vehicles.values():
                 vehicle.refresh_status()
-                vehicle.status.uploads = shipper.uploaded
-                vehicle.status.upload_failures = shipper.failed
-                vehicle.status.upload_backlog = shipper.backlog
+                self._count_uploads(vehicle.status)
                 if vehicle.publisher is not None:
                     vehicle.publisher.offer(
                         vehicle.publisher.policy.update_status(
@@ -1191,11 +1227,12 @@ class Recorder:
         """One line: state, file, bytes, rate, packets, gaps, dropouts (and MQTT)."""
         status = self.status
         name = "-" if status.log_path is None else status.log_path.name
+        gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
+        dropouts = "1 dropout" if status.dropouts == 1 else f"{status.dropouts} dropouts"
         text = (
             f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
             f"{status.bytes_per_s / 1e3:.0f} KB/s, {status.packets} packets, "
-            f"{status.gaps} gaps ({status.packets_lost} lost, {status.late} late), "
-            f"{status.dropouts} dropouts"
+            f"{gaps} ({status.packets_lost} lost, {status.late} late), {dropouts}"
         )
         if len(self.vehicles) > 1:
             text += f" (first of {len(self.vehicles)} vehicles)"
@@ -1208,5 +1245,25 @@ class Recorder:
         stream = self._status_stream
         if stream is None:
             return
-        stream.write("\r\x1b[K" + ("" if final else self.status_text()))
+        text = ""
+        if not final:
+            if self._stop_requested.is_set() and not self._stop_hint_shown:
+                self._stop_hint_shown = True
+                stream.write("\r\x1b[Kstopping: Ctrl-C again ends at once (the .part is kept)\n")
+            text = fit_line(self.status_text(), terminal_width(stream))
+        stream.write("\r\x1b[K" + text)
         stream.flush()
+
+
+def terminal_width(stream: TextIO) -> int:
+    """Columns of the terminal ``stream`` writes to (``$COLUMNS`` or 80 when it cannot tell)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size().columns
+
+
+def fit_line(text: str, width: int) -> str:
+    """``text`` cut to fit in ``width`` columns without wrapping (the last column stays free)."""
+    room = max(width - 1, 1)
+    return text if len(text) <= room else text[: room - 1] + "~"
