@@ -159,3 +159,38 @@ async def test_a_sys_uuid_vehicle_id_is_learnt_from_a_log_and_used_from_the_next
     assert f"sys_uuid {uuid} from the last log" in second
     assert "becomes" not in second
     assert (out / ".sys_uuid").read_text().strip() == uuid
+
+
+@pytest.mark.asyncio
+async def test_record_keeps_under_the_message_cap_and_counts_what_it_dropped(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    cap = 50
+    flight = make_flight(tmp_path, duration_s=3.0, seed=11)
+    port = free_udp_port()
+    out = tmp_path / "recordings"
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/capped/#") as got:
+        recorder = record(
+            tmp_path, port, out, mosquitto, "--vehicle-id", "capped", "--mqtt-rate", "0",
+            "--set", f"mqtt.max_messages_per_s={cap}",
+        )  # fmt: skip
+        processes.append(recorder)
+        await recorder.await_line("listening on")
+        sim = fly(tmp_path, flight.path, port)
+        processes.append(sim)
+        assert await recorder.await_exit(limit=60) == 0
+        assert await sim.await_exit() == 0
+
+        def final_status() -> dict[str, object] | None:
+            statuses = [m for m in got if m.topic == "ulogstream/capped/meta/status"]
+            value = json.loads(statuses[-1].payload) if statuses else None
+            return value if isinstance(value, dict) and value.get("online") is False else None
+
+        await eventually(lambda: final_status() is not None, what="no final status")
+
+    status = final_status()
+    assert status is not None
+    assert int(str(status["mqtt_capped"])) > 0
+    (log,) = recordings(out)
+    assert log.read_bytes() == flight.data  # the cap never touches the recording
+    assert any(m.topic == "ulogstream/capped/meta/info" for m in got)  # retained never dropped
