@@ -106,11 +106,13 @@ SYS_UUID_FILE = ".sys_uuid"
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
 
-ANNOUNCE_WAIT_S = 5.0
+ANNOUNCE_WAIT_S = 3.0
 """At a stop, the longest wait for the last finished logs' checksums and announcements."""
 
-UPLOAD_WAIT_S = 15.0
-"""At a stop, the longest wait for uploads still running or queued (the files stay if not)."""
+UPLOAD_WAIT_S = 5.0
+"""At a stop, the longest wait for uploads still running or queued (the files stay if not).
+
+Short: the systemd unit allows 15 s for a whole stop (TimeoutStopSec), the stream's end first."""
 
 RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds before a failed side task (status, MQTT) is started again (the last one repeats)."""
