@@ -53,3 +53,18 @@ async def test_a_failing_side_task_is_logged_with_its_cause_and_restarted(
         "the widget stopped: ValueError: broken 1; restarting it in 0 s",
         "the widget stopped: ValueError: broken 2; restarting it in 0 s",
     ]
+
+
+def test_reorder_window_settings_reach_each_vehicles_session(tmp_path: Path) -> None:
+    recorder = Recorder(
+        Settings(
+            link=LinkSettings(
+                connection="udpin:127.0.0.1:14550", reorder_packets=0, reorder_window_s=0.5
+            ),
+            recording=RecordingSettings(out_dir=tmp_path, min_free_mb=0),
+        )
+    )
+    session = recorder._new_session(3)
+    assert session.autopilot_system == 3
+    reassembler = session._reassembler
+    assert (reassembler._reorder_packets, reassembler._reorder_time) == (0, 0.5)

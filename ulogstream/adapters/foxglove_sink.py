@@ -172,6 +172,8 @@ class FoxgloveSink:
         self._log_channel = self._json_channel(LOG_TOPIC, LOG_SCHEMA_NAME, LOG_SCHEMA)
         self._status_channel = self._json_channel(STATUS_TOPIC, "ulogstream.Status", STATUS_SCHEMA)
         self._params: dict[str, foxglove.Parameter] = {}
+        """The log's parameters, as served; the previous log's until the new one's are read."""
+        self._new_params: dict[str, foxglove.Parameter] = {}
         self._definitions_done = False
         self._readvertise: set[int] = set()
         """Channels a viewer could not subscribe to (added from the server's threads)."""
@@ -295,11 +297,15 @@ class FoxgloveSink:
                 self._subscribe(event)
             case Parameter(name, value, _):
                 param = _parameter(name, value)
+                if not self._definitions_done:
+                    self._new_params[name] = param
+                    return
                 self._params = {**self._params, name: param}  # replaced whole: read by threads
-                if self._definitions_done and self._server is not None:
+                if self._server is not None:
                     self._server.publish_parameter_values([param])
             case DefinitionsEnd():
                 self._definitions_done = True
+                self._params, self._new_params = self._new_params, {}
                 if self._server is not None and self._params:
                     self._server.publish_parameter_values(list(self._params.values()))
             case _:
@@ -312,7 +318,7 @@ class FoxgloveSink:
         a viewer's subscriptions and plots carry on from one log to the next.
         """
         self._by_msg_id.clear()
-        self._params = {}
+        self._new_params = {}
         self._definitions_done = False
 
     def _subscribe(self, sub: Subscription) -> None:

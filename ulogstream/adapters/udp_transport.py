@@ -141,13 +141,10 @@ class UdpTransport:
     def send(self, data: bytes) -> None:
         """Send one datagram to the peer without waiting; dropped (and counted) if it cannot go."""
         peer = self._peer
-        if peer is None or self._closed:
+        if peer is None:
             self._dropped_sends += 1
             return
-        try:
-            self._sock.sendto(data, peer)
-        except OSError:
-            self._dropped_sends += 1  # full buffer or unreachable network: best effort
+        self.send_to(data, peer)
 
     def send_to(self, data: bytes, peer: Address) -> None:
         """Send one datagram to ``peer`` (one of several vehicles behind this socket)."""
