@@ -14,7 +14,8 @@ Run: ``.venv/bin/python tests/bench/bench_foxglove.py`` (about a minute; needs `
     Target: both on at most 1.2x MQTT alone.
 (b) Ack round trip: ``bench_pipeline.py`` part (b)'s paced run (the recorder as a subprocess,
     pinned to one CPU, the simulated PX4 on the other), without and with ``--foxglove`` and a
-    viewer subscribed to everything. p50/p99/max of the round trip.
+    viewer subscribed to everything (niced, on the simulated PX4's CPU). p50/p99/max of the
+    round trip.
 """
 
 from __future__ import annotations
@@ -60,17 +61,19 @@ CLIENT = ROOT / "tests" / "node" / "foxglove_client.mjs"
 
 
 @contextlib.contextmanager
-def viewer(url: str) -> Iterator[subprocess.Popen[bytes]]:
-    """Foxglove's protocol client subscribed to every channel, its output thrown away."""
+def viewer(url: str, cpus: set[int]) -> Iterator[subprocess.Popen[bytes]]:
+    """Foxglove's protocol client subscribed to every channel on ``cpus``, output thrown away.
+
+    A real viewer is another machine: here it runs niced on CPUs the measured side leaves.
+    """
     node = shutil.which("node")
     if node is None or not (CLIENT.parent / "node_modules").is_dir():
         msg = "the viewer needs node and `npm install` in tests/node"
         raise SystemExit(msg)
     process = subprocess.Popen([node, str(CLIENT), url], stdout=subprocess.DEVNULL)
-    # A viewer is another machine: keep it off the CPU the pipeline is pinned to.
-    others = set(range(os.cpu_count() or 1)) - os.sched_getaffinity(0)
-    if others:
-        os.sched_setaffinity(process.pid, others)
+    if cpus:
+        os.sched_setaffinity(process.pid, cpus)
+    os.setpriority(os.PRIO_PROCESS, process.pid, 19)
     try:
         yield process
     finally:
@@ -99,7 +102,8 @@ async def one_pass(
             pipeline.foxglove = sink
         with contextlib.ExitStack() as stack:
             if sink is not None and with_viewer:
-                stack.enter_context(viewer(sink.url))
+                others = set(range(os.cpu_count() or 1)) - os.sched_getaffinity(0)
+                stack.enter_context(viewer(sink.url, others))
                 # connected once it subscribed to the status channel (there from the start);
                 # it subscribes to the topics' channels as they are advertised
                 deadline = time.monotonic() + 30
@@ -207,7 +211,9 @@ async def connect_viewer_when_up(port: int) -> None:
             continue
         writer.close()
         break
-    with viewer(f"ws://127.0.0.1:{port}"):
+    # ack_round_trips pinned the recorder to one CPU and this process (the vehicle) to another:
+    # the viewer goes with the vehicle, niced, never on the recorder's CPU
+    with viewer(f"ws://127.0.0.1:{port}", os.sched_getaffinity(0)):
         await asyncio.Event().wait()
 
 
