@@ -454,3 +454,33 @@ async def test_pty_device_is_unplugged_and_plugged_back_at_the_same_path(tmp_pat
         await device.aclose()
     assert not path.exists()
     assert await device.receive() == b""
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_an_unanswered_acked_packet_ends_the_stream_with_an_ack_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="ulogstream.sim")
+    receiver = await UdpTransport.listen("127.0.0.1", 0)
+    port = receiver.local_address[1]
+    stop = asyncio.Event()
+    sim = asyncio.create_task(
+        run_vehicle(LOG, f"udpout:127.0.0.1:{port}", config=CONFIG, stop_event=stop)
+    )
+    codec = MavlinkCodec(system_id=RECEIVER_ID[0], component_id=RECEIVER_ID[1])
+    try:
+        await receiver.receive()  # the vehicle's first heartbeat: its address is known
+        receiver.send(codec.encode_command_long(MAV_CMD_LOGGING_START, 0.0, 1, 1))
+        # Packet 0 is never acked: PX4 resends it every 50 ms and gives up after 50 tries.
+        await eventually(
+            lambda: "Ack timeout. Stopping mavlink log" in caplog.text,
+            what="the vehicle never gave up",
+        )
+        stop.set()
+        summary = await asyncio.wait_for(sim, timeout=5)
+    finally:
+        await receiver.aclose()
+    assert summary.ack_timeouts == 1
+    assert summary.stats.frames_sent == 50  # 50 tries, 50 ms apart
+    assert "1 ack timeouts" in caplog.text
