@@ -138,8 +138,9 @@ async def test_usb_replug_mid_log_keeps_one_file_with_one_dropout(
     expected = theoretical_maximum(log, vehicle_packets(log), deliveries_of(run.summary, 0))
     assert items == expected
     assert items.count(None) == 1  # one dropout for the whole outage
+    # The recorder may find the device back at its 1.5 s retry or only at the 3.5 s one.
     kept = sum(len(item) for item in items if item is not None)
-    assert kept > len(log) // 2
+    assert kept > len(log) // 4
     (finished,) = finished_messages(caplog)
     assert "complete; stopped" in finished
 

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import select
 import struct
 import termios
 import time
@@ -74,9 +75,11 @@ class PtyDevice:
 
     The receiver opens ``path``, a symlink to the terminal as udev's ``/dev/pixhawk`` is.
     :meth:`unplug` pulls the cable: the terminal hangs up and ``path`` disappears; :meth:`plug`
-    brings a new terminal back at the same path. A frame the terminal cannot take whole is
-    finished before the next one is taken (PX4 sends a message only when its TX buffer has room),
-    so every frame counted as sent is on the wire intact; while unplugged every send is dropped.
+    brings a new terminal back at the same path. As on USB, data goes out only while the host
+    has the port open: until the receiver opens the device (again), every send is dropped, like
+    PX4's writes to a USB port nobody reads. A frame the terminal cannot take whole is finished
+    before the next one is taken (PX4 sends a message only when its TX buffer has room), so
+    every frame counted as sent reaches the receiver intact.
 
     Create it with :meth:`create` from the event loop.
 
@@ -88,8 +91,9 @@ class PtyDevice:
         self.path = path
         self._loop = asyncio.get_running_loop()
         self._master: int | None = None
-        self._slave: int | None = None
+        self._terminal = ""
         self._waiter: ReadableWaiter | None = None
+        self._poll = select.poll()
         self._pending = b""
         self._plugged = asyncio.Event()
         self._closed = False
@@ -112,8 +116,16 @@ class PtyDevice:
         return self._master is not None
 
     @property
+    def host_open(self) -> bool:
+        """True while the device is there and the receiver has it open."""
+        if self._master is None:
+            return False
+        # The master side reports a hang-up while no process has the terminal open.
+        return not any(events & select.POLLHUP for _, events in self._poll.poll(0))
+
+    @property
     def dropped_sends(self) -> int:
-        """Sends dropped: unplugged, or the terminal still busy with the previous frame."""
+        """Sends dropped: unplugged, not open at the other end, or the previous frame unfinished."""
         return self._dropped
 
     def plug(self) -> None:
@@ -125,25 +137,27 @@ class PtyDevice:
         if self._closed or self._master is not None:
             return
         master, slave = os.openpty()
-        # Raw both ways before the receiver opens it: an echoing terminal would send our own
-        # frames back to us.
-        tty.setraw(master)
-        tty.setraw(slave)
+        try:
+            # Raw both ways before the receiver opens it: an echoing terminal would send our
+            # own frames back to us.
+            tty.setraw(master)
+            tty.setraw(slave)
+            terminal = os.ttyname(slave)
+        finally:
+            os.close(slave)  # the terminal stays while the master is open
         os.set_blocking(master, False)
         staging = self.path.with_name(self.path.name + ".new")
         try:
             staging.unlink(missing_ok=True)
-            staging.symlink_to(os.ttyname(slave))
+            staging.symlink_to(terminal)
             staging.replace(self.path)
         except OSError as err:
             os.close(master)
-            os.close(slave)
             msg = f"cannot create the simulated device {self.path}: {err.strerror or err}"
             raise LinkError(msg) from err
-        # Our own slave descriptor keeps the master from reading EIO while the receiver is
-        # between two opens, and tells how much the receiver has not read yet.
-        self._master, self._slave = master, slave
+        self._master, self._terminal = master, terminal
         self._waiter = ReadableWaiter(master)
+        self._poll.register(master, select.POLLIN)
         self._plugged.set()
 
     async def unplug(self) -> None:
@@ -154,27 +168,33 @@ class PtyDevice:
         """
         deadline = time.monotonic() + DRAIN_LIMIT
         # The kernel's queue has no event to wait for: look at it every 5 ms.
-        while self._unread() and time.monotonic() < deadline:  # noqa: ASYNC110
+        while self.host_open and self._unread() and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.005)
         self._hang_up()
 
     def _unread(self) -> int:
-        if self._slave is None:
-            return 0
-        queued = struct.unpack("i", fcntl.ioctl(self._slave, termios.FIONREAD, b"\0\0\0\0"))[0]
-        return int(queued) + len(self._pending)
+        """Bytes written that the receiver has not read yet."""
+        try:
+            probe = os.open(self._terminal, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError:
+            return len(self._pending)
+        try:
+            queued = fcntl.ioctl(probe, termios.FIONREAD, b"\0\0\0\0")
+        finally:
+            os.close(probe)
+        return int(struct.unpack("i", queued)[0]) + len(self._pending)
 
     def _hang_up(self) -> None:
-        master, slave, waiter = self._master, self._slave, self._waiter
-        if master is None or slave is None or waiter is None:
+        master, waiter = self._master, self._waiter
+        if master is None or waiter is None:
             return
-        self._master = self._slave = self._waiter = None
+        self._master = self._waiter = None
         self._pending = b""
         self._plugged.clear()
         waiter.close()  # the loop forgets the descriptor before it is closed
         self._loop.remove_writer(master)
+        self._poll.unregister(master)
         os.close(master)
-        os.close(slave)
         self.path.unlink(missing_ok=True)
 
     async def receive(self) -> bytes:
@@ -187,26 +207,27 @@ class PtyDevice:
             try:
                 data = os.read(master, _READ_SIZE)
             except BlockingIOError:
-                data = b""
+                await waiter.wait()
+                continue
             except OSError:
-                data = b""  # EIO: no slave open (cannot happen while ours is); wait
+                # EIO: nobody has the terminal open. Its hang-up would wake a reader at once,
+                # again and again: look every 10 ms instead.
+                await asyncio.sleep(0.01)
+                continue
             if data:
                 return data
             await waiter.wait()
         return b""
 
     def send(self, data: bytes) -> None:
-        """Write ``data`` whole, later if the terminal is full; drop it if busy or unplugged."""
+        """Write ``data`` whole, later if the terminal is full; drop it if it cannot go now."""
         master = self._master
-        if master is None or self._pending:
+        if master is None or self._pending or not self.host_open:
             self._dropped += 1
             return
         try:
             written = os.write(master, data)
-        except BlockingIOError:
-            self._dropped += 1
-            return
-        except OSError:
+        except OSError:  # BlockingIOError: the terminal is full
             self._dropped += 1
             return
         if written < len(data):
