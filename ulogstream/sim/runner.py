@@ -67,6 +67,9 @@ RADIO_BANDWIDTH = 5700.0
 DRAIN_LIMIT = 1.0
 """Longest wait (seconds) at an unplug for the receiver to read what the terminal holds."""
 
+DRAIN_SETTLE = 0.03
+"""Seconds the terminal's queue must stay empty before an unplug counts it drained."""
+
 _READ_SIZE = 1 << 14
 
 
@@ -166,10 +169,21 @@ class PtyDevice:
         Waiting for the receiver (at most :data:`DRAIN_LIMIT`) keeps the delivery report true:
         a frame counted as sent is not lost inside the terminal.
         """
-        deadline = time.monotonic() + DRAIN_LIMIT
-        # The kernel's queue has no event to wait for: look at it every 5 ms.
-        while self.host_open and self._unread() and time.monotonic() < deadline:  # noqa: ASYNC110
+        now = time.monotonic()
+        deadline = now + DRAIN_LIMIT
+        empty_since: float | None = None
+        # The kernel's queue has no event to wait for: look at it every 5 ms. It must stay
+        # empty a while: bytes just written reach it through the kernel's flip buffer a moment
+        # later, and a busy machine delays that moment.
+        while self.host_open and now < deadline:
+            if self._unread():
+                empty_since = None
+            elif empty_since is None:
+                empty_since = now
+            elif now - empty_since >= DRAIN_SETTLE:
+                break
             await asyncio.sleep(0.005)
+            now = time.monotonic()
         self._hang_up()
 
     def _unread(self) -> int:
