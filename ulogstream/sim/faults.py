@@ -2,7 +2,9 @@
 
 Every random decision is a pure function of the seed and of *what* is decided about (the
 log, the packet's sequence number, the copy), never of how many decisions came before. So the
-same seed loses the same packets however the asyncio loop happens to schedule the run.
+same seed loses the same packets however the asyncio loop happens to schedule the run. The
+wire's latency draws (:class:`DelayLine`) are the exception: they are keyed by a frame's
+position on the wire, so they repeat when the same frames go out in the same order.
 """
 
 from __future__ import annotations
@@ -213,8 +215,8 @@ class DelayLine(Generic[_Item]):
     """One direction of a link: what goes in at ``now`` comes out later, maybe reordered.
 
     Each item leaves the wire's queue when the bytes before it have gone (``bandwidth``), then
-    travels ``delay`` +- ``jitter`` (drawn on its own, uniformly). Items with the same arrival
-    time come out in the order they went in. Time only as an argument: the runner calls
+    travels ``delay`` +- ``jitter`` (drawn on its own, uniformly, keyed by the item's position
+    in this direction). Items with the same arrival time come out in the order they went in. Time only as an argument: the runner calls
     :meth:`push` when the vehicle sends and :meth:`pop_due` at :meth:`next_due`.
 
     Args:
