@@ -216,8 +216,9 @@ class DelayLine(Generic[_Item]):
 
     Each item leaves the wire's queue when the bytes before it have gone (``bandwidth``), then
     travels ``delay`` +- ``jitter`` (drawn on its own, uniformly, keyed by the item's position
-    in this direction). Items with the same arrival time come out in the order they went in. Time only as an argument: the runner calls
-    :meth:`push` when the vehicle sends and :meth:`pop_due` at :meth:`next_due`.
+    in this direction). Items with the same arrival time come out in the order they went in.
+    Time only as an argument: the runner calls :meth:`push` when the vehicle sends and
+    :meth:`pop_due` at :meth:`next_due`.
 
     Args:
         faults: Its ``delay``, ``jitter``, ``bandwidth`` and ``seed`` are used.

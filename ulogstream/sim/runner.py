@@ -382,9 +382,14 @@ class _Shell:
                 case LogStreamEnded(log_index, reason):
                     if reason == "ack-timeout":
                         logger.warning("sim: Ack timeout. Stopping mavlink log (log %d)", log_index)
+                    elif reason == "flight-ended":
+                        logger.info(
+                            "sim: log %d sent to its end (the flight is over: STOP on disarm)",
+                            log_index,
+                        )
                     else:
                         logger.info("sim: log %d ended (%s)", log_index, reason)
-                    if reason == "stopped":
+                    if reason in {"stopped", "flight-ended"}:
                         self.logs_stopped += 1
                 case LinkCut(seconds):
                     self._cut(seconds, now)
@@ -467,8 +472,9 @@ async def run_vehicle(
 ) -> SimSummary:
     """Serve a simulated PX4 that streams ``log`` on ``connection`` until told to stop.
 
-    The run ends after the first completed STOP handshake (or, with ``repeat``, only when
-    ``stop_event`` is set or the link closes), so a receiver can record the log again and again.
+    The run ends after the first completed STOP handshake, or the end of the flight with
+    ``config.stop_at_end`` (or, with ``repeat``, only when ``stop_event`` is set or the link
+    closes), so a receiver can record the log again and again.
 
     Args:
         log: The ULog file (path or bytes).
@@ -654,6 +660,8 @@ class SimOptions:
         stray_acks: Also send misleading COMMAND_ACKs addressed to another system.
         synthesize_perf: Send a post-flight perf 'M' message on STOP when the log has none.
         accept_stop_at_once: Answer STOP with IN_PROGRESS and ACCEPTED before the end of the log.
+        stop_at_end: End each log at the end of the flight as a GCS's STOP on disarm does
+            (every byte sent); False holds the end until the receiver's STOP.
     """
 
     log: Path
@@ -669,6 +677,7 @@ class SimOptions:
     stray_acks: bool = False
     synthesize_perf: bool = False
     accept_stop_at_once: bool = False
+    stop_at_end: bool = True
 
     def vehicle_config(self) -> VehicleConfig:
         """The :class:`VehicleConfig` these options describe."""
@@ -681,6 +690,7 @@ class SimOptions:
             stray_acks=self.stray_acks,
             synthesize_perf=self.synthesize_perf,
             accept_stop_at_once=self.accept_stop_at_once,
+            stop_at_end=self.stop_at_end,
         )
 
 
@@ -840,6 +850,12 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="answer STOP with IN_PROGRESS and ACCEPTED before the end of the log goes out",
     )
+    link.add_argument(
+        "--hold-end",
+        action="store_true",
+        help="at the end of the flight, hold the last packet until the receiver's STOP"
+        " (default: end the log as a GCS's STOP on disarm does, sending every byte)",
+    )
     link.add_argument("--report", type=Path, help="write delivered frames as JSON lines here")
     faults = parser.add_argument_group("faults (seeded; probabilities per LOGGING_DATA frame)")
     for name, text in (
@@ -927,4 +943,5 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
         stray_acks=bool(args.stray_acks),
         synthesize_perf=bool(args.perf_tail),
         accept_stop_at_once=bool(args.accept_stop_at_once),
+        stop_at_end=not bool(args.hold_end),
     )
