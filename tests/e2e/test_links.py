@@ -71,8 +71,10 @@ def single_file_items(run: Session) -> list[Item]:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("link_rate", "delay", "jitter"),
-    [(UDP_LINK_RATE, 0.04, 0.015), (USB_LINK_RATE, 0.04, 0.03)],
-    ids=["udp-40+-15ms", "usb-40+-30ms"],
+    # 30 ms of jitter at the USB rate is measured by bench_links.py: on a loaded machine a
+    # stall of this process (vehicle and recorder share it) could stretch the reordering.
+    [(UDP_LINK_RATE, 0.04, 0.03), (USB_LINK_RATE, 0.04, 0.015)],
+    ids=["udp-40+-30ms", "usb-40+-15ms"],
 )
 async def test_reordering_within_the_window_keeps_the_whole_log(
     tmp_path: Path, link_rate: float, delay: float, jitter: float

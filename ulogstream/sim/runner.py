@@ -67,6 +67,9 @@ RADIO_BANDWIDTH = 5700.0
 DRAIN_LIMIT = 1.0
 """Longest wait (seconds) at an unplug for the receiver to read what the terminal holds."""
 
+USB_BUFFER = 1 << 16
+"""Bytes a simulated USB device holds for a receiver that reads late (the host driver's buffer)."""
+
 DRAIN_SETTLE = 0.03
 """Seconds the terminal's queue must stay empty before an unplug counts it drained."""
 
@@ -80,9 +83,9 @@ class PtyDevice:
     :meth:`unplug` pulls the cable: the terminal hangs up and ``path`` disappears; :meth:`plug`
     brings a new terminal back at the same path. As on USB, data goes out only while the host
     has the port open: until the receiver opens the device (again), every send is dropped, like
-    PX4's writes to a USB port nobody reads. A frame the terminal cannot take whole is finished
-    before the next one is taken (PX4 sends a message only when its TX buffer has room), so
-    every frame counted as sent reaches the receiver intact.
+    PX4's writes to a USB port nobody reads. What the terminal cannot take yet waits in a
+    :data:`USB_BUFFER`; a frame that does not fit whole is dropped, never cut, so every frame
+    counted as sent reaches the receiver intact.
 
     Create it with :meth:`create` from the event loop.
 
@@ -97,7 +100,7 @@ class PtyDevice:
         self._terminal = ""
         self._waiter: ReadableWaiter | None = None
         self._poll = select.poll()
-        self._pending = b""
+        self._pending = bytearray()
         self._plugged = asyncio.Event()
         self._closed = False
         self._dropped = 0
@@ -203,7 +206,7 @@ class PtyDevice:
         if master is None or waiter is None:
             return
         self._master = self._waiter = None
-        self._pending = b""
+        self._pending.clear()
         self._plugged.clear()
         waiter.close()  # the loop forgets the descriptor before it is closed
         self._loop.remove_writer(master)
@@ -234,18 +237,31 @@ class PtyDevice:
         return b""
 
     def send(self, data: bytes) -> None:
-        """Write ``data`` whole, later if the terminal is full; drop it if it cannot go now."""
+        """Write ``data`` whole, later if the terminal is full; drop it if it cannot go now.
+
+        What the terminal cannot take yet waits in a buffer of :data:`USB_BUFFER` bytes, as in
+        the USB host's driver; a frame that does not fit whole is dropped (PX4 sends a message
+        only when there is room for all of it).
+        """
         master = self._master
-        if master is None or self._pending or not self.host_open:
+        if master is None or not self.host_open:
             self._dropped += 1
+            return
+        if self._pending:
+            if len(self._pending) + len(data) > USB_BUFFER:
+                self._dropped += 1
+            else:
+                self._pending += data
             return
         try:
             written = os.write(master, data)
-        except OSError:  # BlockingIOError: the terminal is full
+        except BlockingIOError:  # the terminal is full
+            written = 0
+        except OSError:
             self._dropped += 1
             return
         if written < len(data):
-            self._pending = data[written:]
+            self._pending += data[written:]
             self._loop.add_writer(master, self._flush)
 
     def _flush(self) -> None:
@@ -258,7 +274,7 @@ class PtyDevice:
             return
         except OSError:
             written = len(self._pending)
-        self._pending = self._pending[written:]
+        del self._pending[:written]
         if not self._pending:
             self._loop.remove_writer(master)
 
