@@ -275,6 +275,22 @@ def theoretical_maximum(
     return items
 
 
+def in_sequence_order(delivered: Sequence[DeliveredPacket]) -> list[DeliveredPacket]:
+    """``delivered`` sorted by unwrapped sequence: what a receiver with a reorder window takes.
+
+    Every reordering the simulated wire makes (latency +- jitter) stays within the receiver's
+    window, so an ideal receiver takes every delivered packet in its place.
+    """
+    keyed: list[tuple[int, int, DeliveredPacket]] = []
+    last = 0
+    for arrival, delivery in enumerate(delivered):
+        step = (delivery.sequence - last) % SEQUENCE_MODULO
+        index = last + (step if step < NEWER_LIMIT else step - SEQUENCE_MODULO)
+        keyed.append((index, arrival, delivery))
+        last = index
+    return [delivery for _, _, delivery in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
 def deliveries_of(summary: SimSummary, log_index: int) -> list[DeliveredPacket]:
     """The frames of log ``log_index`` that reached the receiver, in order."""
     return [d for d in summary.deliveries if d.log_index == log_index]

@@ -9,8 +9,9 @@ import pytest
 
 from ulogstream.errors import ConfigError
 from ulogstream.mavlink_codec import MavlinkCodec
-from ulogstream.sim.faults import Draw, FaultConfig, FaultRng, corrupt_frame
+from ulogstream.sim.faults import MAX_BACKLOG, DelayLine, Draw, FaultConfig, FaultRng, corrupt_frame
 from ulogstream.sim.vehicle import (
+    LinkCut,
     LogStreamEnded,
     LogStreamStarted,
     SendCommandAck,
@@ -119,6 +120,9 @@ def clean_packets() -> dict[int, LoggingPacket]:
         ({"reboot_at": -1}, "reboot_at must be a packet index"),
         ({"cut_at": 3, "cut_seconds": -1.0}, "cut_seconds must be >= 0"),
         ({"sitl_gap": -2}, "sitl_gap"),
+        ({"delay": -0.01}, "delay must be >= 0 seconds"),
+        ({"jitter": float("inf")}, "jitter must be >= 0 seconds"),
+        ({"bandwidth": 0.0}, "bandwidth must be a positive number of B/s"),
     ],
 )
 def test_bad_fault_settings_are_config_errors(kwargs: dict[str, float], match: str) -> None:
@@ -282,3 +286,63 @@ def test_sitl_gap_loses_packets_right_after_the_definitions() -> None:
     first_unacked = min(seq for seq, p in clean.items() if not p.needs_ack)
     assert set(clean) - set(sequences) == set(range(first_unacked, first_unacked + 5))
     assert run.vehicle.stats.sitl_gap_drops == 5
+
+
+# -- the wire: latency, jitter, rate ------------------------------------------------------------
+
+
+def test_delay_line_delays_in_order_without_jitter() -> None:
+    line: DelayLine[int] = DelayLine(FaultConfig(delay=0.04), direction=0)
+    for item in range(5):
+        assert line.push(item, 267, now=item * 0.001)
+    assert line.next_due() == pytest.approx(0.04)
+    assert line.pop_due(0.0399) == []
+    assert line.pop_due(0.0425) == [0, 1, 2]
+    assert line.pop_due(1.0) == [3, 4]
+    assert line.next_due() is None
+
+
+def test_jitter_reorders_within_delay_plus_minus_jitter() -> None:
+    faults = FaultConfig(seed=5, delay=0.04, jitter=0.015)
+    line: DelayLine[int] = DelayLine(faults, direction=0)
+    due: dict[int, float] = {}
+    for item in range(2000):
+        line.push(item, 267, now=item * 0.0005)
+        due[item] = item * 0.0005
+    arrived: list[tuple[int, float]] = []
+    now = 0.0
+    while (next_due := line.next_due()) is not None:
+        now = next_due
+        arrived.extend((item, now) for item in line.pop_due(now))
+    order = [item for item, _ in arrived]
+    assert sorted(order) == list(range(2000))
+    assert order != list(range(2000))  # frames overtook each other
+    latencies = [when - due[item] for item, when in arrived]
+    assert min(latencies) >= 0.025 - 1e-9
+    assert max(latencies) <= 0.055 + 1e-9
+    # The same seed draws the same latencies however the calls are timed.
+    again: DelayLine[int] = DelayLine(faults, direction=0)
+    for item in range(2000):
+        again.push(item, 267, now=item * 0.0005)
+    assert [again.pop_due(10.0)] == [order]
+
+
+def test_bandwidth_queues_frames_behind_each_other_and_drops_a_full_backlog() -> None:
+    line: DelayLine[int] = DelayLine(FaultConfig(delay=0.04, bandwidth=5700.0), direction=0)
+    for item in range(3):
+        line.push(item, 285, now=0.0)  # 50 ms each on the wire
+    times = []
+    while (next_due := line.next_due()) is not None:
+        times.append(next_due)
+        line.pop_due(next_due)
+    assert times == pytest.approx([0.09, 0.14, 0.19])
+    full: DelayLine[int] = DelayLine(FaultConfig(bandwidth=5700.0), direction=0)
+    pushed = [full.push(item, 285, now=0.0) for item in range(int(MAX_BACKLOG / 0.05) + 5)]
+    assert pushed.count(False) == full.backlog_drops > 0
+    assert all(pushed[: int(MAX_BACKLOG / 0.05)])
+
+
+def test_a_cut_tells_the_runner_how_long_the_link_is_down() -> None:
+    run = Run(FaultConfig(cut_at=60, cut_seconds=0.5))
+    run.run_until(3.0)
+    assert [o for _, o in run.log if isinstance(o, LinkCut)] == [LinkCut(0.5)]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
+import os
 import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pytest
+from waiting import eventually
 
 from ulogstream.adapters.tcp_transport import TcpServerTransport, TcpTransport
 from ulogstream.adapters.udp_transport import UdpTransport
@@ -17,16 +20,21 @@ from ulogstream.errors import ConfigError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.runner import (
+    RADIO_BANDWIDTH,
+    PtyDevice,
     SimOptions,
     add_sim_arguments,
+    open_vehicle_link,
+    parse_bandwidth,
     parse_cut,
+    parse_milliseconds,
     parse_rate,
     parse_speed,
     run_sim,
     run_vehicle,
     sim_options_from_args,
 )
-from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig, split_log
+from ulogstream.sim.vehicle import RADIO_LINK_RATE, USB_LINK_RATE, VehicleConfig, split_log
 from ulogstream.stream.packets import (
     MAV_CMD_LOGGING_START,
     MAV_CMD_LOGGING_STOP,
@@ -292,6 +300,23 @@ def test_command_line_options() -> None:
     assert config.stray_acks
     assert config.synthesize_perf
     assert not config.backend_off
+    radio = sim_options_from_args(
+        parser.parse_args(
+            [
+                "f.ulg",
+                "pty:/tmp/pixhawk",
+                "--rate=radio",
+                "--bandwidth=radio",
+                "--delay-ms=40",
+                "--jitter-ms=15",
+                "--accept-stop-at-once",
+            ]
+        )
+    )
+    assert radio.connection == "pty:/tmp/pixhawk"
+    assert radio.link_rate == RADIO_LINK_RATE
+    assert radio.faults == FaultConfig(delay=0.04, jitter=0.015, bandwidth=RADIO_BANDWIDTH)
+    assert radio.vehicle_config().accept_stop_at_once
     defaults = sim_options_from_args(parser.parse_args(["f.ulg", "udpin:0.0.0.0:14550"]))
     assert defaults.link_rate == 100_000
     assert defaults.speed == 1.0
@@ -316,6 +341,8 @@ def test_parse_rate(text: str, rate: float | None) -> None:
         (parse_speed, "warp", "--speed 'warp'"),
         (parse_cut, "500", "--cut-at '500'"),
         (parse_cut, "x:1", "--cut-at 'x:1'"),
+        (parse_bandwidth, "fast", "--bandwidth 'fast'"),
+        (parse_bandwidth, "0", "--bandwidth '0'"),
     ],
 )
 def test_bad_option_values(parse: object, text: str, match: str) -> None:
@@ -328,3 +355,137 @@ def test_parse_speed_and_cut() -> None:
     assert parse_speed("2.5") == 2.5
     assert parse_speed("max") is None
     assert parse_cut("120:0.5") == (120, 0.5)
+
+
+def test_parse_wire_options() -> None:
+    assert parse_bandwidth("radio") == RADIO_BANDWIDTH
+    assert parse_bandwidth("unlimited") is None
+    assert parse_bandwidth("12000") == 12_000.0
+    assert parse_milliseconds("--delay-ms", "40") == 0.04
+    with pytest.raises(ConfigError, match="--jitter-ms '-1' is not a number of milliseconds"):
+        parse_milliseconds("--jitter-ms", "-1")
+
+
+@pytest.mark.asyncio
+async def test_pty_connection_needs_a_path() -> None:
+    with pytest.raises(ConfigError, match="names no device path"):
+        await open_vehicle_link("pty:")
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_delayed_jittery_link_delivers_everything_it_reports() -> None:
+    receiver = MiniReceiver(await UdpTransport.listen("127.0.0.1", 0))
+    port = receiver.transport.local_address[1]  # type: ignore[attr-defined]
+    faults = FaultConfig(seed=2, delay=0.02, jitter=0.01)
+    sim = asyncio.create_task(
+        run_vehicle(LOG, f"udpout:127.0.0.1:{port}", config=CONFIG, faults=faults)
+    )
+    try:
+        received = await receiver.record(stop_after=BEFORE_STOP)
+        summary = await asyncio.wait_for(sim, timeout=5)
+    finally:
+        await receiver.transport.aclose()
+    assert received == LOG
+    assert summary.delivered == receiver.copies
+    sequences = [d.sequence for d in summary.deliveries if not d.acked]
+    assert sequences != sorted(sequences)  # the wire reordered them, as reported
+    # The last COMMAND_ACK left the wire before the run ended.
+    assert (receiver.acks[-1].command, receiver.acks[-1].result) == (
+        MAV_CMD_LOGGING_STOP,
+        MavResult.ACCEPTED,
+    )
+
+
+def read_some(fd: int) -> bytes:
+    try:
+        return os.read(fd, 4096)
+    except BlockingIOError:
+        return b""
+    except OSError as err:  # a hung-up terminal reads EIO on some kernels
+        if err.errno != errno.EIO:
+            raise
+        return b""
+
+
+async def read_exactly(fd: int, size: int) -> bytes:
+    """Read ``size`` bytes from the non-blocking ``fd`` as they come."""
+    got = bytearray()
+
+    def complete() -> bool:
+        got.extend(read_some(fd))
+        return len(got) >= size
+
+    await eventually(complete, what=f"{size} bytes never arrived")
+    return bytes(got)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_pty_device_is_unplugged_and_plugged_back_at_the_same_path(tmp_path: Path) -> None:
+    path = tmp_path / "pixhawk"
+    device = PtyDevice.create(path)
+    try:
+        assert not bool(device.host_open)  # (a call: mypy must not narrow the property)
+        receiver = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        assert device.host_open
+        device.send(b"before")
+        assert await read_exactly(receiver, 6) == b"before"
+        os.write(receiver, b"hello vehicle")
+        assert await asyncio.wait_for(device.receive(), 5) == b"hello vehicle"
+
+        await device.unplug()
+        assert not path.exists()
+        assert os.read(receiver, 10) == b""  # hung up, as a pulled USB device
+        os.close(receiver)
+        dropped = device.dropped_sends
+        device.send(b"into the void")
+        assert device.dropped_sends == dropped + 1
+        pending = asyncio.ensure_future(device.receive())
+
+        device.plug()
+        assert path.exists()
+        assert not bool(device.host_open)  # (a call: mypy must not narrow the property)
+        device.send(b"before the receiver is back")  # nobody has the port open: lost
+        assert device.dropped_sends == dropped + 2
+        receiver = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        assert device.host_open
+        device.send(b"after")
+        assert await read_exactly(receiver, 5) == b"after"
+        os.write(receiver, b"again")
+        assert await asyncio.wait_for(pending, 5) == b"again"
+        os.close(receiver)
+    finally:
+        await device.aclose()
+    assert not path.exists()
+    assert await device.receive() == b""
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_an_unanswered_acked_packet_ends_the_stream_with_an_ack_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="ulogstream.sim")
+    receiver = await UdpTransport.listen("127.0.0.1", 0)
+    port = receiver.local_address[1]
+    stop = asyncio.Event()
+    sim = asyncio.create_task(
+        run_vehicle(LOG, f"udpout:127.0.0.1:{port}", config=CONFIG, stop_event=stop)
+    )
+    codec = MavlinkCodec(system_id=RECEIVER_ID[0], component_id=RECEIVER_ID[1])
+    try:
+        await receiver.receive()  # the vehicle's first heartbeat: its address is known
+        receiver.send(codec.encode_command_long(MAV_CMD_LOGGING_START, 0.0, 1, 1))
+        # Packet 0 is never acked: PX4 resends it every 50 ms and gives up after 50 tries.
+        await eventually(
+            lambda: "Ack timeout. Stopping mavlink log" in caplog.text,
+            what="the vehicle never gave up",
+        )
+        stop.set()
+        summary = await asyncio.wait_for(sim, timeout=5)
+    finally:
+        await receiver.aclose()
+    assert summary.ack_timeouts == 1
+    assert summary.stats.frames_sent == 50  # 50 tries, 50 ms apart
+    assert "1 ack timeouts" in caplog.text

@@ -485,6 +485,28 @@ def test_stop_handshake_in_progress_then_acked_tail_then_accepted() -> None:
     assert not harness.vehicle.streaming
 
 
+def test_stop_accepted_at_once_then_the_acked_tail() -> None:
+    log = make_log()
+    config = VehicleConfig(link_rate=None, speed=None, accept_stop_at_once=True)
+    harness = Harness(SimVehicle(log, now=0.0, config=config))
+    harness.send(start())
+    harness.run_until_idle()
+    before = len(harness.log)
+    harness.send(stop(RECEIVER))
+    harness.run_until(harness.now + 1.0)
+    after = [o for _, o in harness.log[before:] if not isinstance(o, SendVehicleHeartbeat)]
+    assert after[:2] == [
+        SendCommandAck(MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS, *RECEIVER),
+        SendCommandAck(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED, *RECEIVER),
+    ]
+    tail = [o for o in after if isinstance(o, SendLoggingData)]
+    assert tail
+    assert all(o.packet.needs_ack for o in tail)
+    assert len([o for o in after if isinstance(o, SendCommandAck)]) == 2  # ACCEPTED only once
+    assert LogStreamEnded(0, "stopped") in after
+    assert unique_data(harness.packets()) == log
+
+
 def test_commands_during_the_stop_sequence_wait_for_its_end() -> None:
     config = VehicleConfig(link_rate=None, speed=None, stop_accept_delay=0.19)
     harness = Harness(SimVehicle(make_log(), now=0.0, config=config))

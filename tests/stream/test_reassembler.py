@@ -189,6 +189,24 @@ def test_window_runs_out_after_reorder_time_on_the_timer() -> None:
     assert reassembler.next_deadline() is None
 
 
+def test_window_of_a_packet_held_behind_a_second_gap_counts_from_its_own_arrival() -> None:
+    # #11 waits for #10 from t=0; #13 waits for #12 from t=0.05; #10 comes at t=0.06. #13 may
+    # then wait until 0.15, not until the 0.1 that #11's wait had set.
+    reassembler = LogStreamReassembler(reorder_time=0.1)
+    out: list[ReassemblerOutput] = []
+    for packet in PACKETS[:10]:
+        out += reassembler.receive_packet(packet, -0.01)
+    for packet, now in ((PACKETS[11], 0.0), (PACKETS[13], 0.05), (PACKETS[10], 0.06)):
+        out += reassembler.receive_packet(packet, now)
+    assert reassembler.next_deadline() == pytest.approx(0.15)
+    reassembler.handle_timer(0.1, out)
+    out += reassembler.receive_packet(PACKETS[12], 0.11)
+    out += feed(PACKETS[14:], reassembler, start=0.12)
+    assert of_type(out, PacketsLost) == []
+    assert written(out) == ULOG
+    assert reassembler.counters.late == 2
+
+
 def test_window_holds_at_most_reorder_packets() -> None:
     reassembler = LogStreamReassembler(reorder_packets=8, reorder_time=100.0)
     outputs: list[ReassemblerOutput] = []

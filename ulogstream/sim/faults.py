@@ -2,14 +2,19 @@
 
 Every random decision is a pure function of the seed and of *what* is decided about (the
 log, the packet's sequence number, the copy), never of how many decisions came before. So the
-same seed loses the same packets however the asyncio loop happens to schedule the run.
+same seed loses the same packets however the asyncio loop happens to schedule the run. The
+wire's latency draws (:class:`DelayLine`) are the exception: they are keyed by a frame's
+position on the wire, so they repeat when the same frames go out in the same order.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
+import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from ulogstream.errors import ConfigError
 
@@ -39,6 +44,7 @@ class Draw(enum.IntEnum):
     GARBAGE = 6
     GARBAGE_BYTES = 7
     LOST_ACK = 8
+    DELAY = 9
 
 
 class FaultRng:
@@ -128,6 +134,14 @@ class FaultConfig:
         cut_seconds: Length of the link cut.
         sitl_gap: Unacked packets lost inside the vehicle right after the definitions of each
             log, as PX4 SITL does on every run (2-14 there).
+        delay: One-way latency of the link in seconds, both ways (a radio: 0.04).
+        jitter: Each frame's one-way latency is drawn on its own, uniformly from ``delay`` -
+            ``jitter`` to ``delay`` + ``jitter`` (at least 0), so frames overtake each other
+            when the jitter exceeds their spacing (UDP over Wi-Fi, LTE, IP radios).
+        bandwidth: Bytes per second the wire carries from the vehicle (a telemetry radio:
+            5700); frames queue behind each other and a frame that would wait more than
+            :data:`MAX_BACKLOG` is lost. None: no limit. Frames toward the vehicle (acks,
+            commands) are only delayed.
     """
 
     seed: int = 0
@@ -141,6 +155,14 @@ class FaultConfig:
     cut_at: int | None = None
     cut_seconds: float = 0.0
     sitl_gap: int = 0
+    delay: float = 0.0
+    jitter: float = 0.0
+    bandwidth: float | None = None
+
+    @property
+    def shapes_link(self) -> bool:
+        """True when frames are delayed or rate-limited on the wire (a :class:`DelayLine`)."""
+        return self.delay > 0.0 or self.jitter > 0.0 or self.bandwidth is not None
 
     def __post_init__(self) -> None:
         """Reject probabilities outside [0, 1] and negative counts or durations."""
@@ -157,7 +179,94 @@ class FaultConfig:
         if self.sitl_gap < 0:
             msg = f"fault sitl_gap must be a packet count >= 0, not {self.sitl_gap}"
             raise ConfigError(msg)
+        for name in ("delay", "jitter"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0.0):
+                msg = f"link {name} must be >= 0 seconds, not {value!r}"
+                raise ConfigError(msg)
+        if self.bandwidth is not None and not (
+            math.isfinite(self.bandwidth) and self.bandwidth > 0.0
+        ):
+            msg = f"link bandwidth must be a positive number of B/s, not {self.bandwidth!r}"
+            raise ConfigError(msg)
 
 
 NO_FAULTS = FaultConfig()
 """A perfect vehicle on a perfect link."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The wire: latency, jitter and a byte rate
+
+MAX_BACKLOG = 2.0
+"""Seconds of frames a rate-limited wire queues (a radio's buffer) before it loses new ones."""
+
+_Item = TypeVar("_Item")
+
+
+@dataclass(order=True, slots=True)
+class _InFlight(Generic[_Item]):
+    due: float
+    order: int
+    item: _Item = field(compare=False)
+
+
+class DelayLine(Generic[_Item]):
+    """One direction of a link: what goes in at ``now`` comes out later, maybe reordered.
+
+    Each item leaves the wire's queue when the bytes before it have gone (``bandwidth``), then
+    travels ``delay`` +- ``jitter`` (drawn on its own, uniformly, keyed by the item's position
+    in this direction). Items with the same arrival time come out in the order they went in.
+    Time only as an argument: the runner calls :meth:`push` when the vehicle sends and
+    :meth:`pop_due` at :meth:`next_due`.
+
+    Args:
+        faults: Its ``delay``, ``jitter``, ``bandwidth`` and ``seed`` are used.
+        direction: Keeps the draws of two lines with the same seed apart (0, 1).
+        limit_rate: Apply ``bandwidth`` (False: latency and jitter only).
+    """
+
+    def __init__(self, faults: FaultConfig, *, direction: int, limit_rate: bool = True) -> None:
+        self._rng = FaultRng(faults.seed)
+        self._delay = faults.delay
+        self._jitter = faults.jitter
+        self._bandwidth = faults.bandwidth if limit_rate else None
+        self._direction = direction
+        self._count = itertools.count()
+        self._free_at = -math.inf
+        self._flight: list[_InFlight[_Item]] = []
+        self.backlog_drops = 0
+        """Items lost because the wire's queue was full (:data:`MAX_BACKLOG`)."""
+
+    def __len__(self) -> int:
+        """Items on the wire."""
+        return len(self._flight)
+
+    def push(self, item: _Item, size: int, now: float) -> bool:
+        """Put ``item`` (``size`` bytes) on the wire at ``now``; False when it was lost."""
+        order = next(self._count)
+        leaves = now
+        if self._bandwidth is not None:
+            start = max(now, self._free_at)
+            if start - now > MAX_BACKLOG:
+                self.backlog_drops += 1
+                return False
+            leaves = self._free_at = start + size / self._bandwidth
+        latency = self._delay
+        if self._jitter > 0.0:
+            draw = self._rng.uniform(Draw.DELAY, self._direction, order)
+            latency = max(0.0, latency + (2.0 * draw - 1.0) * self._jitter)
+        heapq.heappush(self._flight, _InFlight(leaves + latency, order, item))
+        return True
+
+    def next_due(self) -> float | None:
+        """When the next item arrives; None when the wire is empty."""
+        return self._flight[0].due if self._flight else None
+
+    def pop_due(self, now: float) -> list[_Item]:
+        """The items that have arrived by ``now``, in arrival order."""
+        flight = self._flight
+        arrived: list[_Item] = []
+        while flight and flight[0].due <= now:
+            arrived.append(heapq.heappop(flight).item)
+        return arrived

@@ -8,22 +8,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import math
+import os
+import select
+import struct
+import termios
 import time
+import tty
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from ulogstream.adapters.connection import open_transport, parse_connection
-from ulogstream.errors import ConfigError
+from ulogstream.adapters.transport import ReadableWaiter
+from ulogstream.errors import ConfigError, LinkError
 from ulogstream.mavlink_codec import MAV_AUTOPILOT_PX4, MAV_TYPE_QUADROTOR, MavlinkCodec
-from ulogstream.sim.faults import NO_FAULTS, FaultConfig, corrupt_frame
+from ulogstream.sim.faults import NO_FAULTS, DelayLine, FaultConfig, corrupt_frame
 from ulogstream.sim.vehicle import (
+    RADIO_LINK_RATE,
     UDP_LINK_RATE,
     USB_LINK_RATE,
     DeliveredPacket,
+    LinkCut,
     LogStreamEnded,
     LogStreamStarted,
     SendCommandAck,
@@ -42,11 +51,247 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ulogstream.adapters.transport import Transport
+    from ulogstream.stream.packets import MavlinkMessage
 
 logger = logging.getLogger(__name__)
 
 RUNNER_MAX_BATCH = 64
 """Frames sent per turn of the event loop (about 17 KB), so stream transports keep up."""
+
+PTY_PREFIX = "pty:"
+"""``pty:PATH``: serve a pseudo-terminal whose device appears at PATH (a USB autopilot)."""
+
+RADIO_BANDWIDTH = 5700.0
+"""Bytes per second a 57600-baud telemetry radio carries (``--bandwidth radio``)."""
+
+DRAIN_LIMIT = 1.0
+"""Longest wait (seconds) at an unplug for the receiver to read what the terminal holds."""
+
+USB_BUFFER = 1 << 16
+"""Bytes a simulated USB device holds for a receiver that reads late (the host driver's buffer)."""
+
+DRAIN_SETTLE = 0.03
+"""Seconds the terminal's queue must stay empty before an unplug counts it drained."""
+
+_READ_SIZE = 1 << 14
+
+
+class PtyDevice:
+    """The vehicle's end of a pseudo-terminal whose device appears at ``path``: PX4 on USB.
+
+    The receiver opens ``path``, a symlink to the terminal as udev's ``/dev/pixhawk`` is.
+    :meth:`unplug` pulls the cable: the terminal hangs up and ``path`` disappears; :meth:`plug`
+    brings a new terminal back at the same path. As on USB, data goes out only while the host
+    has the port open: until the receiver opens the device (again), every send is dropped, like
+    PX4's writes to a USB port nobody reads. What the terminal cannot take yet waits in a
+    :data:`USB_BUFFER`; a frame that does not fit whole is dropped, never cut, so every frame
+    counted as sent reaches the receiver intact.
+
+    Create it with :meth:`create` from the event loop.
+
+    Args:
+        path: Where the device appears (replaced if it exists).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._loop = asyncio.get_running_loop()
+        self._master: int | None = None
+        self._terminal = ""
+        self._waiter: ReadableWaiter | None = None
+        self._poll = select.poll()
+        self._pending = bytearray()
+        self._plugged = asyncio.Event()
+        self._closed = False
+        self._dropped = 0
+
+    @classmethod
+    def create(cls, path: Path) -> PtyDevice:
+        """Create the terminal and its ``path``.
+
+        Raises:
+            LinkError: ``path`` cannot be created.
+        """
+        device = cls(path)
+        device.plug()
+        return device
+
+    @property
+    def plugged(self) -> bool:
+        """True while the device is there."""
+        return self._master is not None
+
+    @property
+    def host_open(self) -> bool:
+        """True while the device is there and the receiver has it open."""
+        if self._master is None:
+            return False
+        # The master side reports a hang-up while no process has the terminal open.
+        return not any(events & select.POLLHUP for _, events in self._poll.poll(0))
+
+    @property
+    def dropped_sends(self) -> int:
+        """Sends dropped: unplugged, not open at the other end, or the previous frame unfinished."""
+        return self._dropped
+
+    def plug(self) -> None:
+        """Plug the device in: a new terminal at ``path``.
+
+        Raises:
+            LinkError: ``path`` cannot be created.
+        """
+        if self._closed or self._master is not None:
+            return
+        master, slave = os.openpty()
+        try:
+            # Raw both ways before the receiver opens it: an echoing terminal would send our
+            # own frames back to us.
+            tty.setraw(master)
+            tty.setraw(slave)
+            terminal = os.ttyname(slave)
+        finally:
+            os.close(slave)  # the terminal stays while the master is open
+        os.set_blocking(master, False)
+        staging = self.path.with_name(self.path.name + ".new")
+        try:
+            staging.unlink(missing_ok=True)
+            staging.symlink_to(terminal)
+            staging.replace(self.path)
+        except OSError as err:
+            os.close(master)
+            msg = f"cannot create the simulated device {self.path}: {err.strerror or err}"
+            raise LinkError(msg) from err
+        self._master, self._terminal = master, terminal
+        self._waiter = ReadableWaiter(master)
+        self._poll.register(master, select.POLLIN)
+        self._plugged.set()
+
+    async def unplug(self) -> None:
+        """Pull the cable: once the receiver has read what the terminal holds, hang up.
+
+        Waiting for the receiver (at most :data:`DRAIN_LIMIT`) keeps the delivery report true:
+        a frame counted as sent is not lost inside the terminal.
+        """
+        now = time.monotonic()
+        deadline = now + DRAIN_LIMIT
+        empty_since: float | None = None
+        # The kernel's queue has no event to wait for: look at it every 5 ms. It must stay
+        # empty a while: bytes just written reach it through the kernel's flip buffer a moment
+        # later, and a busy machine delays that moment.
+        while self.host_open and now < deadline:
+            if self._unread():
+                empty_since = None
+            elif empty_since is None:
+                empty_since = now
+            elif now - empty_since >= DRAIN_SETTLE:
+                break
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+        self._hang_up()
+
+    def _unread(self) -> int:
+        """Bytes written that the receiver has not read yet."""
+        try:
+            probe = os.open(self._terminal, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError:
+            return len(self._pending)
+        try:
+            queued = fcntl.ioctl(probe, termios.FIONREAD, b"\0\0\0\0")
+        finally:
+            os.close(probe)
+        return int(struct.unpack("i", queued)[0]) + len(self._pending)
+
+    def _hang_up(self) -> None:
+        master, waiter = self._master, self._waiter
+        if master is None or waiter is None:
+            return
+        self._master = self._waiter = None
+        self._pending.clear()
+        self._plugged.clear()
+        waiter.close()  # the loop forgets the descriptor before it is closed
+        self._loop.remove_writer(master)
+        self._poll.unregister(master)
+        os.close(master)
+        self.path.unlink(missing_ok=True)
+
+    async def receive(self) -> bytes:
+        """The next bytes the receiver wrote; waits while unplugged; ``b""`` after ``aclose``."""
+        while not self._closed:
+            master, waiter = self._master, self._waiter
+            if master is None or waiter is None:
+                await self._plugged.wait()
+                continue
+            try:
+                data = os.read(master, _READ_SIZE)
+            except BlockingIOError:
+                await waiter.wait()
+                continue
+            except OSError:
+                # EIO: nobody has the terminal open. Its hang-up would wake a reader at once,
+                # again and again: look every 10 ms instead.
+                await asyncio.sleep(0.01)
+                continue
+            if data:
+                return data
+            await waiter.wait()
+        return b""
+
+    def send(self, data: bytes) -> None:
+        """Write ``data`` whole, later if the terminal is full; drop it if it cannot go now.
+
+        What the terminal cannot take yet waits in a buffer of :data:`USB_BUFFER` bytes, as in
+        the USB host's driver; a frame that does not fit whole is dropped (PX4 sends a message
+        only when there is room for all of it).
+        """
+        master = self._master
+        if master is None or not self.host_open:
+            self._dropped += 1
+            return
+        if self._pending:
+            if len(self._pending) + len(data) > USB_BUFFER:
+                self._dropped += 1
+            else:
+                self._pending += data
+            return
+        try:
+            written = os.write(master, data)
+        except BlockingIOError:  # the terminal is full
+            written = 0
+        except OSError:
+            self._dropped += 1
+            return
+        if written < len(data):
+            self._pending += data[written:]
+            self._loop.add_writer(master, self._flush)
+
+    def _flush(self) -> None:
+        master = self._master
+        if master is None:
+            return
+        try:
+            written = os.write(master, self._pending)
+        except BlockingIOError:
+            return
+        except OSError:
+            written = len(self._pending)
+        del self._pending[:written]
+        if not self._pending:
+            self._loop.remove_writer(master)
+
+    async def aclose(self) -> None:
+        """Close the terminal and remove ``path``; a waiting :meth:`receive` returns ``b""``.
+
+        What the receiver has not read yet (the STOP's last COMMAND_ACK) is given time to go.
+        """
+        if self._closed:
+            return
+        await self.unplug()
+        self._closed = True
+        self._plugged.set()
+
+    def describe(self) -> str:
+        """The device path."""
+        return f"pty {self.path}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +307,8 @@ class SimSummary:
         bad_frames: Undecodable frames received from clients.
         duration: Seconds the run took.
         deliveries: Every delivered frame, in order (empty unless kept).
+        wire_drops: Frames lost because the rate-limited wire's queue was full.
+        unplugs: Times a pseudo-terminal device was unplugged (and plugged back).
     """
 
     stats: VehicleStats
@@ -72,6 +319,13 @@ class SimSummary:
     bad_frames: int
     duration: float
     deliveries: tuple[DeliveredPacket, ...] = ()
+    wire_drops: int = 0
+    unplugs: int = 0
+
+    @property
+    def ack_timeouts(self) -> int:
+        """Streams PX4 gave up on with "Ack timeout. Stopping mavlink log" (2.5 s unacked)."""
+        return self.stats.ack_timeouts
 
 
 class _Shell:
@@ -85,6 +339,7 @@ class _Shell:
         report: IO[str] | None,
         *,
         keep_deliveries: bool,
+        faults: FaultConfig = NO_FAULTS,
     ) -> None:
         self.vehicle = vehicle
         self.transport = transport
@@ -95,9 +350,20 @@ class _Shell:
         self.delivered = 0
         self.transport_drops = 0
         self.logs_stopped = 0
+        self.unplugs = 0
+        self.outbound: DelayLine[tuple[bytes, SendLoggingData | None]] | None = None
+        self.inbound: DelayLine[MavlinkMessage] | None = None
+        if faults.shapes_link:
+            self.outbound = DelayLine(faults, direction=0)
+            self.inbound = DelayLine(faults, direction=1, limit_rate=False)
+        self._replugs: set[asyncio.Task[None]] = set()
+
+    @property
+    def wire_drops(self) -> int:
+        """Frames the rate-limited wire lost (its queue was full)."""
+        return 0 if self.outbound is None else self.outbound.backlog_drops
 
     def execute(self, outputs: list[VehicleOutput], now: float) -> None:
-        transport = self.transport
         codec = self.codec
         for output in outputs:
             match output:
@@ -112,32 +378,27 @@ class _Shell:
                     )
                     if corrupt is not None:
                         frame = corrupt_frame(frame, corrupt)
-                    dropped = transport.dropped_sends
-                    transport.send(frame)
-                    if transport.dropped_sends != dropped:
-                        self.transport_drops += 1
-                        continue
-                    record = delivered_packet(output, now)
-                    if record is not None:
-                        self._record(record)
+                    self._send(frame, output, now)
                 case SendCommandAck(command, result, target_system, target_component):
-                    transport.send(
-                        codec.encode_command_ack(command, result, target_system, target_component)
+                    frame = codec.encode_command_ack(
+                        command, result, target_system, target_component
                     )
+                    self._send(frame, None, now)
                 case SendVehicleHeartbeat():
-                    transport.send(
-                        codec.encode_heartbeat(
-                            mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4
-                        )
+                    frame = codec.encode_heartbeat(
+                        mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4
                     )
+                    self._send(frame, None, now)
                 case SendGarbage(data):
-                    transport.send(data)
+                    self._send(data, None, now)
                 case LogStreamStarted(log_index, target_system, target_component):
                     logger.info(
                         "sim: log %d streaming to %d/%d", log_index, target_system, target_component
                     )
                 case LogStreamEnded(log_index, reason):
-                    if reason == "flight-ended":
+                    if reason == "ack-timeout":
+                        logger.warning("sim: Ack timeout. Stopping mavlink log (log %d)", log_index)
+                    elif reason == "flight-ended":
                         logger.info(
                             "sim: log %d sent to its end (the flight is over: STOP on disarm)",
                             log_index,
@@ -146,6 +407,64 @@ class _Shell:
                         logger.info("sim: log %d ended (%s)", log_index, reason)
                     if reason in {"stopped", "flight-ended"}:
                         self.logs_stopped += 1
+                case LinkCut(seconds):
+                    self._cut(seconds, now)
+
+    def _send(self, frame: bytes, output: SendLoggingData | None, now: float) -> None:
+        """Put ``frame`` on the wire (its delivery is recorded when it leaves the wire)."""
+        if self.outbound is None:
+            self._transmit(frame, output, now)
+        else:
+            self.outbound.push((frame, output), len(frame), now)
+
+    def arrivals(self, now: float) -> None:
+        """Hand the transport every frame whose time on the wire is over."""
+        if self.outbound is not None:
+            for frame, output in self.outbound.pop_due(now):
+                self._transmit(frame, output, now)
+
+    @property
+    def wire_busy(self) -> bool:
+        """True while frames are still on their way."""
+        return self.outbound is not None and len(self.outbound) > 0
+
+    def _transmit(self, frame: bytes, output: SendLoggingData | None, now: float) -> None:
+        transport = self.transport
+        dropped = transport.dropped_sends
+        transport.send(frame)
+        if output is None:
+            return
+        if transport.dropped_sends != dropped:
+            self.transport_drops += 1
+            return
+        record = delivered_packet(output, now)
+        if record is not None:
+            self._record(record)
+
+    def _cut(self, seconds: float, now: float) -> None:
+        """A link cut: on a pseudo-terminal, the device disappears for ``seconds``."""
+        device = self.transport
+        if not isinstance(device, PtyDevice):
+            return
+        self.unplugs += 1
+        task = asyncio.ensure_future(self._replug(device, now + seconds))
+        self._replugs.add(task)
+        task.add_done_callback(self._replugs.discard)
+
+    @staticmethod
+    async def _replug(device: PtyDevice, back_at: float) -> None:
+        await device.unplug()
+        logger.info("sim: %s unplugged", device.path)
+        await asyncio.sleep(max(0.0, back_at - time.monotonic()))
+        device.plug()
+        logger.info("sim: %s plugged back in", device.path)
+
+    async def aclose(self) -> None:
+        """Cancel a pending replug."""
+        for task in list(self._replugs):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _record(self, record: DeliveredPacket) -> None:
         self.delivered += 1
@@ -198,7 +517,7 @@ async def run_vehicle(
     started = time.monotonic()
     vehicle = SimVehicle(data, now=started, config=vehicle_config, faults=faults)
     if isinstance(connection, str):
-        transport = await open_transport(parse_connection(connection))
+        transport = await open_vehicle_link(connection)
     else:
         transport = connection
     codec = MavlinkCodec(
@@ -211,8 +530,13 @@ async def run_vehicle(
                 if report_path is not None
                 else None
             )
-            shell = _Shell(vehicle, transport, codec, report, keep_deliveries=keep_deliveries)
-            await _serve(shell, stop_event, repeat=repeat, on_log_delivered=on_log_delivered)
+            shell = _Shell(
+                vehicle, transport, codec, report, keep_deliveries=keep_deliveries, faults=faults
+            )
+            try:
+                await _serve(shell, stop_event, repeat=repeat, on_log_delivered=on_log_delivered)
+            finally:
+                await shell.aclose()
     finally:
         await transport.aclose()
     duration = time.monotonic() - started
@@ -225,15 +549,35 @@ async def run_vehicle(
         bad_frames=codec.bad_frames,
         duration=duration,
         deliveries=tuple(shell.deliveries),
+        wire_drops=shell.wire_drops,
+        unplugs=shell.unplugs,
     )
     logger.info(
-        "sim: %d logs, %d frames delivered, %d dropped by the transport, in %.1f s",
+        "sim: %d logs, %d frames delivered, %d dropped by the transport, %d ack timeouts, "
+        "in %.1f s",
         summary.logs_started,
         summary.delivered,
         summary.transport_drops,
+        summary.ack_timeouts,
         duration,
     )
     return summary
+
+
+async def open_vehicle_link(connection: str) -> Transport:
+    """Open the vehicle's end of ``connection``: ``pty:PATH`` or any receiver connection string.
+
+    Raises:
+        ConfigError: The connection string is not valid.
+        LinkError: The link cannot be opened.
+    """
+    if connection.startswith(PTY_PREFIX):
+        path = connection[len(PTY_PREFIX) :]
+        if not path:
+            msg = f"connection {connection!r} names no device path (pty:/tmp/pixhawk)"
+            raise ConfigError(msg)
+        return PtyDevice.create(Path(path))
+    return await open_transport(parse_connection(connection))
 
 
 async def _wait_for(event: asyncio.Event) -> bytes:
@@ -256,11 +600,17 @@ async def _serve(
     stop = stop_event if stop_event is not None else asyncio.Event()
     stop_task = asyncio.ensure_future(_wait_for(stop))
     receive_task: asyncio.Future[bytes] | None = None
+    inbound = shell.inbound
+    outbound = shell.outbound
     try:
         while not stop.is_set():
             if receive_task is None:
                 receive_task = asyncio.ensure_future(transport.receive())
-            deadline = vehicle.next_deadline()
+            deadline = _earliest(
+                vehicle.next_deadline(),
+                None if outbound is None else outbound.next_due(),
+                None if inbound is None else inbound.next_due(),
+            )
             timeout = None if deadline is None else max(0.0, deadline - clock())
             done, _ = await asyncio.wait(
                 {receive_task, stop_task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -273,16 +623,23 @@ async def _serve(
                     logger.info("sim: link %s closed", transport.describe())
                     return
                 for message in codec.decode(data):
+                    if inbound is None:
+                        shell.execute(vehicle.receive(message, now), now)
+                    else:
+                        inbound.push(message, 0, now)
+            if inbound is not None:
+                for message in inbound.pop_due(now):
                     shell.execute(vehicle.receive(message, now), now)
             deadline = vehicle.next_deadline()
             if deadline is not None and now >= deadline:
                 shell.execute(vehicle.handle_timer(now), now)
+            shell.arrivals(now)
             if on_log_delivered is not None and vehicle.waiting_for_stop:
                 log_index = vehicle.log_index
                 if log_index is not None and log_index != delivered_log:
                     delivered_log = log_index
                     on_log_delivered(log_index)
-            if shell.logs_stopped and not repeat:
+            if shell.logs_stopped and not repeat and not shell.wire_busy:
                 return
     finally:
         for task in (receive_task, stop_task):
@@ -290,6 +647,11 @@ async def _serve(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+
+def _earliest(*times: float | None) -> float | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,6 +675,7 @@ class SimOptions:
         packet0_before_ack: Let packet 0 overtake the COMMAND_ACK.
         stray_acks: Also send misleading COMMAND_ACKs addressed to another system.
         synthesize_perf: Send a post-flight perf 'M' message on STOP when the log has none.
+        accept_stop_at_once: Answer STOP with IN_PROGRESS and ACCEPTED before the end of the log.
         stop_at_end: End each log at the end of the flight as a GCS's STOP on disarm does
             (every byte sent); False holds the end until the receiver's STOP.
     """
@@ -329,6 +692,7 @@ class SimOptions:
     packet0_before_ack: bool = False
     stray_acks: bool = False
     synthesize_perf: bool = False
+    accept_stop_at_once: bool = False
     stop_at_end: bool = True
 
     def vehicle_config(self) -> VehicleConfig:
@@ -341,6 +705,7 @@ class SimOptions:
             packet0_before_ack=self.packet0_before_ack,
             stray_acks=self.stray_acks,
             synthesize_perf=self.synthesize_perf,
+            accept_stop_at_once=self.accept_stop_at_once,
             stop_at_end=self.stop_at_end,
         )
 
@@ -359,11 +724,11 @@ async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = Non
     )
 
 
-_NAMED_RATES = {"usb": USB_LINK_RATE, "udp": UDP_LINK_RATE}
+_NAMED_RATES = {"usb": USB_LINK_RATE, "udp": UDP_LINK_RATE, "radio": RADIO_LINK_RATE}
 
 
 def parse_rate(text: str) -> float | None:
-    """``--rate``: bytes per second, ``usb`` (800000), ``udp`` (100000) or ``unlimited``.
+    """``--rate``: B/s, ``usb`` (800000), ``udp`` (100000), ``radio`` (5760) or ``unlimited``.
 
     Raises:
         ConfigError: ``text`` is none of these.
@@ -378,9 +743,48 @@ def parse_rate(text: str) -> float | None:
     except ValueError:
         rate = math.nan
     if not (math.isfinite(rate) and rate > 0):
-        msg = f"--rate {text!r} is not a positive number of B/s, 'usb', 'udp' or 'unlimited'"
+        msg = (
+            f"--rate {text!r} is not a positive number of B/s, 'usb', 'udp', 'radio' or 'unlimited'"
+        )
         raise ConfigError(msg)
     return rate
+
+
+def parse_bandwidth(text: str) -> float | None:
+    """``--bandwidth``: B/s the wire carries, ``radio`` (5700) or ``unlimited``.
+
+    Raises:
+        ConfigError: ``text`` is none of these.
+    """
+    word = text.strip().lower()
+    if word == "unlimited":
+        return None
+    if word == "radio":
+        return RADIO_BANDWIDTH
+    try:
+        bandwidth = float(word)
+    except ValueError:
+        bandwidth = math.nan
+    if not (math.isfinite(bandwidth) and bandwidth > 0):
+        msg = f"--bandwidth {text!r} is not a positive number of B/s, 'radio' or 'unlimited'"
+        raise ConfigError(msg)
+    return bandwidth
+
+
+def parse_milliseconds(option: str, text: str) -> float:
+    """``--delay-ms`` / ``--jitter-ms``: milliseconds >= 0, returned in seconds.
+
+    Raises:
+        ConfigError: ``text`` is not a number >= 0.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        msg = f"{option} {text!r} is not a number of milliseconds >= 0"
+        raise ConfigError(msg)
+    return value / 1000.0
 
 
 def parse_speed(text: str) -> float | None:
@@ -426,13 +830,19 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "connection",
         metavar="CONNECTION",
-        help="udpout:HOST:PORT (toward a receiver on udpin), udpin:, tcpin:, or a serial device",
+        help=(
+            "udpout:HOST:PORT (toward a receiver on udpin), udpin:, tcpin:, a serial device, "
+            "or pty:PATH (a USB autopilot: a pseudo-terminal appears at PATH)"
+        ),
     )
     link = parser.add_argument_group("link and vehicle")
     link.add_argument(
         "--rate",
         default="udp",
-        help="link rate in B/s, 'usb' (800000), 'udp' (100000, default) or 'unlimited'",
+        help=(
+            "PX4's configured link rate in B/s, 'usb' (800000), 'udp' (100000, default), "
+            "'radio' (5760) or 'unlimited'"
+        ),
     )
     link.add_argument(
         "--speed", default="1", help="replay speed of the log's time, or 'max' (default 1)"
@@ -452,6 +862,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "--perf-tail", action="store_true", help="add post-flight perf data on STOP if none"
     )
     link.add_argument(
+        "--accept-stop-at-once",
+        action="store_true",
+        help="answer STOP with IN_PROGRESS and ACCEPTED before the end of the log goes out",
+    )
+    link.add_argument(
         "--hold-end",
         action="store_true",
         help="at the end of the flight, hold the last packet until the receiver's STOP"
@@ -462,7 +877,7 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     for name, text in (
         ("loss", "lose frames"),
         ("duplicate", "send frames twice"),
-        ("reorder", "swap frames with the next one"),
+        ("reorder", "swap frames with the next one (see --jitter-ms for delay-based reordering)"),
         ("lost-acks", "drop received LOGGING_ACKs"),
         ("corrupt", "flip a byte (bad CRC)"),
         ("garbage", "send noise before frames"),
@@ -472,9 +887,31 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     faults.add_argument(
         "--reboot-at", type=int, metavar="N", help="reboot at packet N of the first log"
     )
-    faults.add_argument("--cut-at", metavar="N:SECONDS", help="cut the link at frame N for SECONDS")
+    faults.add_argument(
+        "--cut-at",
+        metavar="N:SECONDS",
+        help="cut the link at frame N for SECONDS (on pty:PATH the device disappears meanwhile)",
+    )
     faults.add_argument(
         "--sitl-gap", type=int, default=0, metavar="N", help="lose N packets after the header"
+    )
+    wire = parser.add_argument_group(
+        "the wire (a radio: --rate radio --bandwidth radio --delay-ms 40 --loss 0.02)"
+    )
+    wire.add_argument(
+        "--delay-ms", default="0", metavar="MS", help="one-way latency, both ways (default 0)"
+    )
+    wire.add_argument(
+        "--jitter-ms",
+        default="0",
+        metavar="MS",
+        help="each frame's latency drawn on its own from delay +- MS: frames reorder (default 0)",
+    )
+    wire.add_argument(
+        "--bandwidth",
+        default="unlimited",
+        metavar="B/S",
+        help="bytes per second the wire carries from the vehicle, 'radio' (5700) or 'unlimited'",
     )
 
 
@@ -500,6 +937,9 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
         cut_at=cut_at,
         cut_seconds=cut_seconds,
         sitl_gap=int(args.sitl_gap),
+        delay=parse_milliseconds("--delay-ms", str(args.delay_ms)),
+        jitter=parse_milliseconds("--jitter-ms", str(args.jitter_ms)),
+        bandwidth=parse_bandwidth(str(args.bandwidth)),
     )
     system_id = int(args.sysid)
     if not 1 <= system_id <= 255:  # noqa: PLR2004
@@ -518,5 +958,6 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
         packet0_before_ack=bool(args.packet0_first),
         stray_acks=bool(args.stray_acks),
         synthesize_perf=bool(args.perf_tail),
+        accept_stop_at_once=bool(args.accept_stop_at_once),
         stop_at_end=not bool(args.hold_end),
     )

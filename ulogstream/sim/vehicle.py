@@ -84,6 +84,10 @@ USB_LINK_RATE: Final = 800_000.0
 UDP_LINK_RATE: Final = 100_000.0
 """PX4's default Ethernet/UDP link rate (B/s): about 270 packets/s."""
 
+RADIO_LINK_RATE: Final = 5760.0
+"""A telemetry-radio MAVLink instance's configured rate (B/s): above the 5000 B/s streaming
+floor, so START is accepted, and about 20 packets/s of budget."""
+
 MAX_REPLAY_GAP: Final = 1.0
 """Seconds of log time: longer jumps between timestamps are replayed as this (corrupt logs)."""
 
@@ -305,6 +309,17 @@ class LogStreamEnded:
     reason: StreamEndReason
 
 
+@dataclass(frozen=True, slots=True)
+class LinkCut:
+    """The link goes down now for ``seconds`` (the ``cut_at`` fault): a USB cable pulled.
+
+    The vehicle sends and hears nothing meanwhile; a runner serving a pseudo-terminal makes its
+    device disappear for as long.
+    """
+
+    seconds: float
+
+
 VehicleOutput = (
     SendLoggingData
     | SendCommandAck
@@ -312,6 +327,7 @@ VehicleOutput = (
     | SendGarbage
     | LogStreamStarted
     | LogStreamEnded
+    | LinkCut
 )
 """Everything :class:`SimVehicle` asks its runner to do or tells it."""
 
@@ -425,6 +441,11 @@ class VehicleConfig:
             system, to test that receivers filter acks by target.
         stop_accept_delay: Minimum seconds between COMMAND_ACK IN_PROGRESS and ACCEPTED of a
             STOP (about 0.19 s in SITL).
+        accept_stop_at_once: Answer STOP with IN_PROGRESS and ACCEPTED together, before the end
+            of the log goes out (protocol.md step 7 describes PX4 so). False: ACCEPTED after the
+            end of the log, as PX4's ``logger.cpp`` reads (IN_PROGRESS, then
+            ``stop_log_mavlink()`` blocks on each acked packet, then ACCEPTED). A receiver must
+            record the whole end of the log either way.
         heartbeat_interval: Seconds between HEARTBEATs.
         synthesize_perf: Append a post-flight perf 'M' message for STOP when the log has none.
         stop_at_end: At the end of the flight, end the log as a GCS's STOP on disarm does: the
@@ -441,6 +462,7 @@ class VehicleConfig:
     packet0_before_ack: bool = False
     stray_acks: bool = False
     stop_accept_delay: float = 0.19
+    accept_stop_at_once: bool = False
     heartbeat_interval: float = 1.0
     synthesize_perf: bool = False
     stop_at_end: bool = False
@@ -492,6 +514,7 @@ class _Stream:
     stopping: bool = False
     stop_requester: tuple[int, int] = (0, 0)
     stop_accept_at: float = 0.0
+    stop_accepted: bool = False
     flushed: bool = False
     logger_blocked: bool = False
     flight_ended: bool = False
@@ -700,6 +723,9 @@ class SimVehicle:
                 else:
                     # "we need to ack first, as the stop also sends acked messages"
                     self._ack(command, MavResult.IN_PROGRESS, out)
+                    if self.config.accept_stop_at_once:
+                        self._ack(command, MavResult.ACCEPTED, out)
+                        stream.stop_accepted = True
                     stream.stopping = True
                     stream.stop_requester = (command.system_id, command.component_id)
                     stream.stop_accept_at = now + self.config.stop_accept_delay
@@ -736,7 +762,7 @@ class SimVehicle:
         self._queue.clear()
         self._awaiting = None
         out.append(LogStreamEnded(stream.log_index, reason))
-        if stream.stopping:
+        if stream.stopping and not stream.stop_accepted:
             self._ack_to(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED, stream.stop_requester, out)
 
     def _teardown(self, out: list[VehicleOutput]) -> None:
@@ -965,6 +991,7 @@ class SimVehicle:
         self.stats.frames_sent += 1
         if frame_index == faults.cut_at:
             self._cut_until = now + faults.cut_seconds
+            out.append(LinkCut(faults.cut_seconds))
         if now < self._cut_until:
             self.stats.cut_drops += 1
             return

@@ -323,6 +323,8 @@ class LogStreamReassembler:
             counters.late += 1  # the missing packet, after its successors: put back in order
             self._take(packet, max(now, self._last_write_time), out)
             self._take_held_in_order(out)
+            if held:  # what is still held waits for another gap: from its own arrival
+                self._held_deadline = min(time for _, time in held.values()) + self._reorder_time
         else:
             if not held:
                 self._held_deadline = now + self._reorder_time
