@@ -85,8 +85,12 @@ LOSS_WARNING_INTERVAL_S = 5.0
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
 
-DECODE_DELAY_S = 0.02
-"""With MQTT, the longest a written row waits before it is decoded (and maybe published)."""
+DECODE_DELAY_S = 0.005
+"""With MQTT, the longest a written row waits before it is decoded (and maybe published).
+
+Several datagrams are decoded in one go instead of one callback per datagram; longer delays
+save little more CPU and add their whole length to the arrival-to-publish latency
+(``tests/bench/bench_live.py --latency-only --decode-delay S``)."""
 
 DECODE_SLICE_S = 0.0005
 """Longest piece of decoding and publishing work before the loop serves the link again."""

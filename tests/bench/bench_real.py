@@ -142,8 +142,8 @@ def decode_path(log: Path) -> None:
     figures = [
         ("record-only, every row decoded per datagram (249 B)", 249, _all_rows, None),
         ("record-only, framing only, 16 KB at a time", 16384, _no_rows, None),
-        ("MQTT 10 Hz, every row decoded (4.4 KB = 20 ms at SITL)", 4400, _all_rows, 10.0),
-        ("MQTT 10 Hz, only the rows it can publish (4.4 KB)", 4400, None, 10.0),
+        ("MQTT 10 Hz, every row decoded (1.1 KB = 5 ms at SITL)", 1100, _all_rows, 10.0),
+        ("MQTT 10 Hz, only the rows it can publish (1.1 KB)", 1100, None, 10.0),
     ]
     for what, piece, rows, rate in figures:
         cpu = min(decode_cpu(data, piece, rows, rate) for _ in range(3))
