@@ -7,13 +7,21 @@ from typing import TYPE_CHECKING
 
 import pytest
 from conftest import shared_ulg
-from daemon.support import json_samples, subscriber
-from e2e.support import flight_log, record, recorder_settings
+from daemon.support import json_samples, recordings, subscriber
+from e2e.support import flight_log, record, recorder_settings, vehicle_packets
+from waiting import eventually
 
+from ulogstream import daemon
+from ulogstream.adapters.file_sink import UlgFileSink
+from ulogstream.adapters.log_files import LogFiles
+from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.config import MqttSettings
-from ulogstream.daemon import Recorder
+from ulogstream.daemon import Pipeline, Publisher, Recorder, RecorderStatus
 from ulogstream.demo import free_udp_port
+from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.publish import PublishPolicy, PublishSettings
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
+from ulogstream.stream.session import LoggingSession
 from ulogstream.ulog.reader import read
 
 if TYPE_CHECKING:
@@ -91,3 +99,55 @@ async def test_mqtt_at_its_cap_decodes_a_fraction_of_the_rows(
     assert status.mqtt_published > 0
     published = json_samples(messages, "ulogstream/v9/json/")
     assert sum(len(rows) for rows in published.values()) <= status.rows_decoded
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_decoding_is_cut_into_slices_that_give_the_loop_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole log's backlog is decoded one slice per loop turn, and nothing is lost."""
+    monkeypatch.setattr(daemon, "DECODE_SLICE_S", 0.0)  # every call ends after one piece
+    log = flight_log(3.0, seed=12)
+    policy = PublishPolicy(PublishSettings(vehicle_id="v", rate_hz=0.0))
+    # Never connected: the outbox keeps every sample offered (real sink, no broker needed).
+    sink = MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=1_000_000))
+    files = LogFiles(UlgFileSink(tmp_path, min_free_mb=0), lambda _event: None)
+    pipeline = Pipeline(
+        codec=MavlinkCodec(system_id=254, component_id=155),
+        session=LoggingSession(target_system=1),
+        files=files,
+        status=RecorderStatus(),
+        publisher=Publisher(policy, sink),
+    )
+    files.start()
+    pipeline.start(0.0)
+    vehicle = MavlinkCodec(system_id=1, component_id=1)
+    for packet in vehicle_packets(log):  # all of it before the loop turns once
+        datagram = vehicle.encode_logging_data(
+            packet.sequence,
+            packet.target_system,
+            packet.target_component,
+            packet.first_message_offset,
+            packet.data,
+            acked=packet.needs_ack,
+        )
+        pipeline.receive(datagram, 0.0)
+    parser = pipeline._parser
+    assert parser is not None
+    assert parser.offset == 0  # nothing decoded on the ack path
+
+    pipeline.decode_backlog()
+    assert 0 < parser.offset <= daemon.DECODE_SLICE_BYTES + 300  # one slice, then the loop
+    assert pipeline._decode_backlog
+    await eventually(
+        lambda: not pipeline._decode_backlog and not pipeline._pending_events,
+        what="the backlog was not decoded slice by slice",
+    )
+    pipeline.abandon(0.0)
+    await files.aclose()
+    (path,) = recordings(tmp_path)
+    assert path.read_bytes() == log
+    rows = sum(len(topic.timestamps_us) for topic in read(path).topics.values())
+    outbox = sink._outbox
+    assert sum(1 for message in outbox if "/json/" in message.topic) == rows
