@@ -90,7 +90,7 @@ DECODE_DELAY_S = 0.005
 
 Several datagrams are decoded in one go instead of one callback per datagram; longer delays
 save little more CPU and add their whole length to the arrival-to-publish latency
-(``tests/bench/bench_live.py --latency-only --decode-delay S``)."""
+(``tests/bench/bench_live.py --parts 1 --decode-delay S``)."""
 
 DECODE_SLICE_S = 0.0005
 """Longest piece of decoding and publishing work before the loop serves the link again."""
