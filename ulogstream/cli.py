@@ -10,22 +10,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import signal
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, NoReturn, Protocol, TextIO
 
 import numpy as np
 
+from ulogstream import __version__
 from ulogstream.adapters.connection import parse_connection
 from ulogstream.adapters.replay import replay_to_mqtt
 from ulogstream.adapters.sd_notify import Notifier
+from ulogstream.adapters.ulog_file import iter_events
 from ulogstream.config import COMMAND_LINE, Settings, load_settings, parse_override
-from ulogstream.daemon import Recorder, publish_settings, sink_settings
-from ulogstream.demo import DemoOptions, run_demo, summary_lines
+from ulogstream.daemon import (
+    Recorder,
+    fit_line,
+    publish_settings,
+    sink_settings,
+    terminal_width,
+)
+from ulogstream.demo import DemoOptions, error_words, run_demo, summary_lines
 from ulogstream.errors import ConfigError, ULogFormatError, UlogstreamError
 from ulogstream.export.csv import export_csv
 from ulogstream.sim.runner import add_sim_arguments, run_sim, sim_options_from_args
@@ -47,7 +57,6 @@ from ulogstream.ulog.events import (
     Truncated,
     ULogEvent,
 )
-from ulogstream.ulog.reader import iter_events
 from ulogstream.ulog.spec import log_level_name
 
 if TYPE_CHECKING:
@@ -199,6 +208,7 @@ def summarize(path: Path) -> LogSummary:
     Raises:
         CliError: The file cannot be read or is not a ULog file this parser accepts.
     """
+    _check_readable(path)
     try:
         size = path.stat().st_size
     except OSError as err:
@@ -377,13 +387,45 @@ def _configure_messages(parser: argparse.ArgumentParser) -> None:
 
 def _run_messages(args: argparse.Namespace) -> int:
     path: Path = args.file
+    _check_readable(path)
     start_us: int | None = None
+    shown = 0
+    truncated: Truncated | None = None
     for event in iter_events(path):
         if isinstance(event, FileHeader):
             start_us = event.timestamp_us
         elif isinstance(event, LoggedString):
             sys.stdout.write(format_logged_string(event, start_us or 0) + "\n")
+            shown += 1
+        elif isinstance(event, Truncated):
+            truncated = event
+    _warn_truncated(path, truncated)
+    if not shown:
+        _warn(f"{path}: no logged messages")
     return 0
+
+
+def _check_readable(path: Path) -> None:
+    """One clear line for a path that is not a file to read (a folder, nothing at all)."""
+    if path.is_dir():
+        msg = f"{path} is a directory, not a ULog file (name a .ulg file)"
+        raise CliError(msg)
+    if not path.exists():
+        msg = f"{path}: no such file (check the path)"
+        raise CliError(msg)
+
+
+def _warn(text: str) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"{PROG}: warning: {text}\n")
+
+
+def _warn_truncated(path: Path, truncated: Truncated | None) -> None:
+    if truncated is not None:
+        _warn(
+            f"{path} is truncated: it ends {truncated.size} bytes into a message at byte"
+            f" {truncated.offset}; shown is what comes before"
+        )
 
 
 def format_logged_string(message: LoggedString, start_us: int) -> str:
@@ -415,6 +457,9 @@ def _configure_params(parser: argparse.ArgumentParser) -> None:
 
 def _run_params(args: argparse.Namespace) -> int:
     summary = summarize(args.file)
+    _warn_truncated(args.file, summary.truncated)
+    if not (summary.initial_parameters or summary.changed_parameters or summary.default_parameters):
+        _warn(f"{args.file}: no parameters")
     show_all = bool(args.all)
     changes = show_all or bool(args.changes)
     defaults = show_all or bool(args.defaults)
@@ -474,9 +519,7 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
 def _run_export(args: argparse.Namespace) -> int:
     src: Path = args.file
     dst: Path = args.output if args.output is not None else args.out
-    if not src.is_file():
-        msg = f"cannot read {src}: no such file (check the path)"
-        raise CliError(msg)
+    _check_readable(src)
     if args.format != "csv" and dst.exists():
         msg = f"{dst} already exists (remove it or choose another --out)"
         raise CliError(msg)
@@ -497,6 +540,10 @@ def _run_export(args: argparse.Namespace) -> int:
                 f"wrote {dst}: {summary.topics} topics, {summary.data_messages} messages,"
                 f" {summary.log_messages} log lines, {summary.parameter_messages} parameters\n"
             )
+            for problem in summary.problems:
+                _warn(f"{src}: {problem}")
+            if not summary.data_messages:
+                _warn(f"{src}: no data messages were exported (the log holds none)")
     except ULogFormatError as err:
         msg = f"cannot read {src}: {err}"
         raise CliError(msg) from err
@@ -516,6 +563,8 @@ class _RosSummary(Protocol):
     def log_messages(self) -> int: ...
     @property
     def parameter_messages(self) -> int: ...
+    @property
+    def problems(self) -> tuple[str, ...]: ...
 
 
 class _RosExporter(Protocol):
@@ -564,9 +613,8 @@ class ProgressLine:
             return
         self._last_percent = percent
         self._shown = True
-        self._out.write(
-            f"\r{self._label}: {percent:3d}% ({done / 1e6:.1f} of {total / 1e6:.1f} MB)"
-        )
+        line = f"{self._label}: {percent:3d}% ({done / 1e6:.1f} of {total / 1e6:.1f} MB)"
+        self._out.write("\r\x1b[K" + fit_line(line, terminal_width(self._out)))
         self._out.flush()
 
     def done(self) -> None:
@@ -629,10 +677,19 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", type=Path, help="TOML settings file (see configs/ulogstream.toml)"
     )
-    parser.add_argument("--out", type=Path, help="directory for the recordings")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="directory for the recordings (default: ./recordings, or recording.out_dir of"
+        " --config); created if missing, checked at start-up",
+    )
     parser.add_argument("--sysid", type=int, help="our MAVLink system id (default 254)")
     parser.add_argument("--compid", type=int, help="our MAVLink component id (default 155)")
-    parser.add_argument("--target-sysid", type=int, help="the autopilot's system id")
+    parser.add_argument(
+        "--target-sysid",
+        type=int,
+        help="record only this autopilot (default: every one on the link)",
+    )
     parser.add_argument(
         "--baud",
         type=int,
@@ -691,13 +748,90 @@ def _settings(args: argparse.Namespace, *, connection: str | None = None) -> Set
     return settings
 
 
+def check_output_dir(path: Path) -> None:
+    """Make sure recordings can be written to ``path`` before the vehicle talks.
+
+    Creates the directory when missing and writes and removes a probe file in it.
+
+    Raises:
+        CliError: ``path`` is a file, cannot be created or cannot be written; the message names
+            the path, the cause in words and what to do.
+    """
+    what_to_do = "choose another directory with --out or recording.out_dir"
+    if path.exists() and not path.is_dir():
+        msg = f"recordings directory {path} is a file, not a directory ({what_to_do})"
+        raise CliError(msg)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".ulogstream-probe-", dir=path)
+        os.close(handle)
+        Path(probe).unlink()
+    except OSError as err:
+        msg = f"recordings cannot be written to {path}: {os_error_text(err)} ({what_to_do})"
+        raise CliError(msg) from err
+
+
+def os_error_text(err: OSError) -> str:
+    """The cause of ``err`` in words, without ``[Errno N]`` or the path."""
+    reasons = {
+        errno.EACCES: "permission denied (check who owns it and its mode)",
+        errno.EPERM: "not permitted (check who owns it and its mode)",
+        errno.EROFS: "the file system is read-only",
+        errno.ENOSPC: "the disk is full",
+        errno.ENOTDIR: "a part of the path is a file, not a directory",
+        errno.EISDIR: "it is a directory",
+        errno.ENOENT: "no such file or directory (check the path)",
+        errno.EEXIST: "it already exists",
+    }
+    if err.errno in reasons:
+        return reasons[err.errno]
+    text = err.strerror or str(err)
+    return text[:1].lower() + text[1:]
+
+
 def _run_recorder(settings: Settings, *, once: bool, status_line: bool) -> int:
     terminal = sys.stderr.isatty()
     _setup_logging(settings.log.level, terminal=terminal)
     status = sys.stderr if terminal and status_line and settings.log.status_line else None
     with Notifier() as notifier:
         recorder = Recorder(settings, once=once, status_stream=status, notifier=notifier)
-        return asyncio.run(recorder.run())
+        check_output_dir(settings.recording.out_dir)  # after the settings' own checks
+        code = asyncio.run(recorder.run())
+    sys.stdout.write("".join(f"{line}\n" for line in exit_summary(recorder)))
+    return code
+
+
+def exit_summary(recorder: Recorder) -> list[str]:
+    """What ``record``/``run`` did, printed when they end: logs, bytes, losses, files, MQTT."""
+    status = recorder.status
+    finished = list(status.finished)
+    size = sum(log.size for log in finished)
+    logs = _plural(status.logs_finished, "log")
+    first = (
+        f"{logs} recorded ({size / 1e6:.2f} MB), {_plural(status.packets, 'packet')} received,"
+        f" {status.packets_lost} lost in {_plural(status.gaps, 'gap')},"
+        f" {_plural(status.dropouts, 'dropout')} marked"
+    )
+    lines = [first]
+    lines += [f"  {log.path}" for log in finished[-10:]]
+    if len(finished) > 10:  # noqa: PLR2004
+        lines.insert(1, f"  ... {len(finished) - 10} earlier ones in {finished[0].path.parent}")
+    publisher = recorder.publisher
+    if publisher is not None:
+        url = recorder.settings.mqtt.url
+        sink = publisher.sink
+        if sink.published:
+            lines.append(
+                f"MQTT: {sink.published} messages published to {url} ({sink.dropped} dropped)"
+            )
+        else:
+            why = f" ({error_words(sink.last_error)})" if sink.last_error else ""
+            lines.append(f"MQTT: the broker at {url} was never reached{why}: nothing published")
+    return lines
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _configure_record(parser: argparse.ArgumentParser) -> None:
@@ -782,10 +916,20 @@ def _run_replay(args: argparse.Namespace) -> int:
         )
     )
     progress.done()
+    if not stats.published:
+        why = f" ({error_words(stats.broker_error)})" if stats.broker_error else ""
+        msg = (
+            f"the broker at {args.mqtt} was never reached{why}: nothing was published"
+            " (is it running? check the URL)"
+        )
+        raise CliError(msg)
     sys.stdout.write(
-        f"published {stats.messages} messages covering {stats.log_duration_s:.1f} s of log "
-        f"in {stats.elapsed_s:.1f} s\n"
+        f"published {stats.published} messages to {args.mqtt} covering"
+        f" {stats.log_duration_s:.1f} s of log in {stats.elapsed_s:.1f} s\n"
     )
+    if stats.unsent:
+        _warn(f"{stats.unsent} messages were not delivered: the broker went away")
+        return EXIT_ERROR
     return 0
 
 
@@ -825,7 +969,8 @@ def _run_demo(args: argparse.Namespace) -> int:
     )
     result = asyncio.run(run_demo(options, view=sys.stdout if terminal else None))
     sys.stdout.write("\n".join(summary_lines(result, options)) + "\n")
-    return 0 if result.recording is not None else EXIT_ERROR
+    mqtt_failed = options.mqtt_url is not None and not result.status.mqtt_published
+    return 0 if result.recording is not None and not mqtt_failed else EXIT_ERROR
 
 
 # ---------------------------------------------------------------------------------------------
@@ -859,7 +1004,11 @@ def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.Ar
         prog=PROG,
         description="Live ULog receiver and recorder for PX4, and tools for ULog files.",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks of errors (for bug reports)"
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in subcommands:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
         command.configure(sub)
@@ -871,6 +1020,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (``sys.argv[1:]`` when None); return the exit status."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.print_help()  # a bare ``ulogstream``: what it can do, rather than an error
+        return 0
     if extra:
         # ``export FILE --format rosbag OUT``: argparse cannot take a positional after options.
         if args.command == "export" and args.output is None and len(extra) == 1:
@@ -880,6 +1034,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "export" and (args.output is None) == (args.out is None):
         parser.error("export needs one output: OUT (e.g. flight.bag) or --out, not both or neither")
     run: Callable[[argparse.Namespace], int] = args.run
+    if args.debug:
+        return run(args)
     try:
         return run(args)
     except UlogstreamError as err:
@@ -890,8 +1046,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_ERROR
     except OSError as err:
-        where = f" {err.filename}" if err.filename is not None else ""
-        return _fail(f"{err.strerror or err}{where}")
+        where = f"{err.filename}: " if err.filename is not None else ""
+        return _fail(f"{where}{os_error_text(err)}")
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return EXIT_INTERRUPTED

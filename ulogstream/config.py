@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from ulogstream.errors import ConfigError
 from ulogstream.stream.packets import MAV_COMP_ID_LOG
+from ulogstream.stream.reassembler import DEFAULT_REORDER_PACKETS, DEFAULT_REORDER_TIME
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -86,10 +87,14 @@ class LinkSettings:
             ports ignore it (they run at USB speed).
         sysid: Our MAVLink system id.
         compid: Our MAVLink component id (never 0; 155 is MAV_COMP_ID_LOG).
-        target_sysid: The autopilot's system id; None takes the first HEARTBEAT from compid 1.
+        target_sysid: Record only the autopilot with this system id; None records every
+            autopilot (HEARTBEAT from compid 1) on the link, each in its own session.
         signing_key_file: A file holding the 32-byte MAVLink 2 signing key; None: no signing.
         hint_after_s: A link without any valid MAVLink message for this long gets one warning
             saying what is likely wrong (baud rate, port, PX4's MAVLink settings); 0: never.
+        reorder_packets: Packets held while a missing one may still arrive (networks that
+            reorder); 0 declares every gap at once.
+        reorder_window_s: Longest time a missing packet is waited for.
     """
 
     connection: str = "/dev/pixhawk"
@@ -99,6 +104,8 @@ class LinkSettings:
     target_sysid: int | None = None
     signing_key_file: Path | None = None
     hint_after_s: float = 5.0
+    reorder_packets: int = DEFAULT_REORDER_PACKETS
+    reorder_window_s: float = DEFAULT_REORDER_TIME
 
     def __post_init__(self) -> None:
         _require(bool(self.connection.strip()), "link.connection", "must not be empty")
@@ -112,6 +119,8 @@ class LinkSettings:
             )
         _require(self.baud > 0, "link.baud", f"must be > 0, not {self.baud}")
         _check_non_negative("link.hint_after_s", self.hint_after_s, " s")
+        _check_non_negative("link.reorder_packets", self.reorder_packets, "")
+        _check_non_negative("link.reorder_window_s", self.reorder_window_s, " s")
         _check_id("link.sysid", self.sysid)
         _check_id("link.compid", self.compid)
         if self.target_sysid is not None:
@@ -493,6 +502,9 @@ def _read_toml(path: Path) -> dict[str, object]:
         raise ConfigError(msg) from err
     except tomllib.TOMLDecodeError as err:
         msg = f"{path}: invalid TOML: {err}"
+        raise ConfigError(msg) from None
+    except UnicodeDecodeError as err:
+        msg = f"{path}: not UTF-8 text (byte {err.start}); TOML files are UTF-8: save it as UTF-8"
         raise ConfigError(msg) from None
 
 

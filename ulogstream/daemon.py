@@ -13,14 +13,22 @@ import contextlib
 import json
 import logging
 import math
+import os
+import shutil
 import signal
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, TextIO
 
 from ulogstream.adapters.connection import load_signing_key, open_transport, parse_connection
-from ulogstream.adapters.file_sink import FinishedLog, UlgFileSink, recover_partial_files
+from ulogstream.adapters.file_sink import (
+    VEHICLE_FOLDER,
+    FinishedLog,
+    UlgFileSink,
+    recover_partial_files,
+)
 from ulogstream.adapters.log_files import (
     DiskFull,
     FileEvent,
@@ -32,15 +40,18 @@ from ulogstream.adapters.log_files import (
 )
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
+from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.config import MqttSettings, Settings, mqtt_password
 from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UlogstreamError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
 from ulogstream.stream import (
     FramingMismatch,
+    Heartbeat,
     LogEnded,
     LoggingSession,
     LogStarted,
+    MavlinkMessage,
     MavResult,
     NotAtLogStart,
     PacketsLost,
@@ -53,6 +64,7 @@ from ulogstream.stream import (
     StreamRejected,
     WriteUlog,
 )
+from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1
 from ulogstream.ulog.parser import RowSelection, ULogParser
 
 if TYPE_CHECKING:
@@ -75,6 +87,12 @@ STATUS_INTERVAL_S = 0.5
 
 STATUS_LOG_INTERVAL_S = 60.0
 """Period of the key=value status line logged when there is no terminal status line."""
+
+STOP_PROGRESS_LOG_S = 5.0
+"""Period of the 'stopping: ...' progress line in the log while a stop waits for the vehicle."""
+
+HELLO_INTERVAL_S = 1.0
+"""Period of our HEARTBEAT on a link where no vehicle has been heard yet."""
 
 TIMER_TICK_S = 0.05
 """Longest sleep of the timer loop: deadlines set while it sleeps are late by at most this."""
@@ -170,10 +188,11 @@ class Publisher:
 
 
 class Pipeline:
-    """The receive path of one recorder: codec, session, files, parser and publisher.
+    """The receive path of one vehicle: session, files, parser and publisher.
 
     It lives as long as the recorder, across link outages and reopened devices: the session (and
-    the open log) outlives any one transport (:meth:`attach`, :meth:`detach`).
+    the open log) outlives any one transport (:meth:`attach`, :meth:`detach`). The recorder
+    decodes the link and hands each vehicle its messages (:meth:`receive_messages`).
 
     Args:
         codec: Our MAVLink codec (our sysid/compid).
@@ -197,7 +216,8 @@ class Pipeline:
         self.codec = codec
         self.session = session
         self.files = files
-        self.transport: Transport | None = None
+        self.peer: tuple[str, int] | None = None
+        """The vehicle's UDP address that sends go to (None: the link's one peer)."""
         self.status = status
         self.publisher = publisher
         self._on_log_ended = on_log_ended
@@ -216,6 +236,7 @@ class Pipeline:
         self._log_timestamp_us = 0
         self._last_loss_warning = -LOSS_WARNING_INTERVAL_S
         self.rejected: StreamRejected | None = None
+        self.rejected_at: float | None = None
         self.ended = asyncio.Event()
         """Set when the session is over (after :meth:`stop`)."""
         self.fatal: UlogstreamError | None = None
@@ -224,11 +245,15 @@ class Pipeline:
     # -- the ack path --------------------------------------------------------------------
 
     def receive(self, data: bytes, now: float) -> None:
-        """Handle one chunk from the link: acks go out first, then everything else."""
+        """Decode one chunk from a link with this vehicle alone on it (benchmarks, tests)."""
+        self.receive_messages(self.codec.decode(data), now)
+
+    def receive_messages(self, messages: list[MavlinkMessage], now: float) -> None:
+        """Handle this vehicle's messages of one chunk: acks go out first, then the rest."""
         session_receive, send = self.session.receive, self._send
         encode_ack = self.codec.encode_logging_ack
         later: list[SessionOutput] = []
-        for message in self.codec.decode(data):
+        for message in messages:
             for output in session_receive(message, now):
                 if type(output) is SendAck:
                     send(encode_ack(output.sequence, output.target_system, output.target_component))
@@ -239,12 +264,10 @@ class Pipeline:
 
     # -- the link ------------------------------------------------------------------------
 
-    def attach(self, transport: Transport, now: float) -> None:
-        """Send on ``transport`` from now on; a reopened link probes the open log's stream."""
-        reopened = self.transport is not None or self.session.state is not SessionState.IDLE
-        self.transport = transport
-        self._send = transport.send
-        if reopened:
+    def attach(self, send: Callable[[bytes], None], now: float, *, restored: bool) -> None:
+        """Send with ``send`` from now on; ``restored``: a reopened link, so probe the stream."""
+        self._send = send
+        if restored:
             self.execute(self.session.link_restored(now), now)
 
     def detach(self) -> None:
@@ -640,6 +663,37 @@ def build_publisher(mqtt: MqttSettings) -> Publisher | None:
     return Publisher(policy, MqttSink(sink_settings(mqtt), will=policy.last_will()))
 
 
+def status_fields(status: RecorderStatus) -> dict[str, str | int | float | bool | None]:
+    """The status counters as MQTT status fields and journal key=value pairs."""
+    return {
+        "log_file": None if status.log_path is None else str(status.log_path),
+        "log_bytes": status.log_bytes,
+        "logs": status.logs_finished,
+        "packets": status.packets,
+        "gaps": status.gaps,
+        "packets_lost": status.packets_lost,
+        "packets_late": status.late,
+        "dropouts": status.dropouts,
+        "bad_frames": status.bad_frames,
+        "link_reconnects": status.link_reconnects,
+        "mqtt_dropped": status.mqtt_dropped,
+        "mqtt_unpublishable": status.mqtt_unpublishable,
+        "error": status.error,
+    }
+
+
+def final_status(pipeline: Pipeline, publisher: Publisher) -> list[MqttMessage]:
+    """The retained end-of-run status of a vehicle: offline, its last counters and last file."""
+    pipeline.refresh_status()
+    status = pipeline.status
+    fields = status_fields(status)
+    if status.log_path is None and status.finished:
+        fields["log_file"] = str(status.finished[-1].path)
+    now = time.monotonic()
+    publisher.policy.update_status(now, fields=fields)
+    return [publisher.policy.offline_status(now)]
+
+
 class _OnceLinkError(Exception):
     """``record --once`` found no link: carries the LinkError out of the task group."""
 
@@ -680,12 +734,24 @@ class Recorder:
         self._notifier = notifier or Notifier({})
         self._stop_requested = asyncio.Event()
         self._abandon_requested = asyncio.Event()
+        self._stop_hint_shown = False
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
+        """The first vehicle's pipeline (the status line's); every one is in :attr:`vehicles`."""
+        self.vehicles: dict[int, Pipeline] = {}
+        """One pipeline (session, files, parser, publisher) per autopilot system id."""
+        self._ignored_systems: set[int] = set()
+        self._impostor_warned = False
         self.publisher = build_publisher(settings.mqtt)
         self._spec = parse_connection(settings.link.connection, default_baud=settings.link.baud)
         key_file = settings.link.signing_key_file
         self._signing_key = None if key_file is None else load_signing_key(key_file)
+        self._codec = self._make_codec()
+        self._send: Callable[[bytes], None] = _drop
+        self._udp: UdpTransport | None = None
+        self._next_hello = 0.0
+        self._link_codec: MavlinkCodec | None = None
+        """The open link's codec (None while no link is open)."""
         self.sink = UlgFileSink.from_settings(settings.recording)
 
     def request_stop(self) -> None:
@@ -706,8 +772,6 @@ class Recorder:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, self.request_stop)
-        pipeline = self._new_pipeline()
-        pipeline.files.start()
         self._notifier.ready(f"recording from {self.settings.link.connection}")
         try:
             async with asyncio.TaskGroup() as group:
@@ -716,13 +780,16 @@ class Recorder:
                     side_tasks.append(
                         group.create_task(self._supervised("MQTT", self.publisher.sink.run))
                     )
-                link = group.create_task(self._link_loop(pipeline))
-                await self._timer_loop(pipeline)
+                link = group.create_task(self._link_loop())
+                await self._timer_loop()
                 link.cancel()
-                pipeline.refresh_status()  # the last counters, for the caller and MQTT
-                await pipeline.files.aclose()  # every file finished (fsync, rename) first
+                for pipeline in self.vehicles.values():
+                    pipeline.refresh_status()  # the last counters, for the caller and MQTT
+                    await pipeline.files.aclose()  # every file finished (fsync, rename) first
+                for pipeline in self.vehicles.values():
+                    if pipeline.publisher is not None:
+                        pipeline.publisher.offer(final_status(pipeline, pipeline.publisher))
                 if self.publisher is not None:
-                    self.publisher.offer([self.publisher.policy.offline_status(time.monotonic())])
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
                 for task in side_tasks:
@@ -733,41 +800,72 @@ class Recorder:
             raise first.error from None
         finally:
             self._notifier.stopping()
-            await pipeline.files.aclose()
+            for pipeline in self.vehicles.values():
+                await pipeline.files.aclose()
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 for signum in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(signum)
             self._draw_status(final=True)
-        if pipeline.fatal is not None or (pipeline.rejected is not None and self.once):
-            self.exit_code = 1
+        for pipeline in self.vehicles.values():
+            if pipeline.fatal is not None or (pipeline.rejected is not None and self.once):
+                self.exit_code = 1
         return self.exit_code
 
-    def _new_pipeline(self) -> Pipeline:
+    def _make_codec(self) -> MavlinkCodec:
         link = self.settings.link
-        codec = MavlinkCodec(
+        return MavlinkCodec(
             system_id=link.sysid, component_id=link.compid, signing_key=self._signing_key
         )
+
+    def _new_vehicle(self, system_id: int, now: float) -> Pipeline:
+        """A pipeline for the autopilot ``system_id``, heard for the first time on the link.
+
+        The vehicle with the configured ``--target-sysid`` (else sysid 1, PX4's default) records
+        into ``out_dir`` and publishes under the vehicle id; any other sysid gets its own folder
+        ``out_dir/sysid{N}`` and vehicle id ``{vehicle_id}-sysid{N}``, so vehicles never mix.
+        """
+        home = system_id == (self.settings.link.target_sysid or 1)
+        recording = self.settings.recording
+        folder = f"{VEHICLE_FOLDER}{system_id}"
+        where = recording.out_dir if home else recording.out_dir / folder
+        if home:
+            sink, publisher = self.sink, self.publisher
+        else:
+            sink = UlgFileSink.from_settings(replace(recording, out_dir=where))
+            publisher = None
+            if self.publisher is not None:
+                settings = publish_settings(self.settings.mqtt)
+                settings = replace(settings, vehicle_id=f"{settings.vehicle_id}-{folder}")
+                publisher = Publisher(PublishPolicy(settings), self.publisher.sink)
+        status = self.status if self.pipeline is None else RecorderStatus(link=self.status.link)
         pipeline = Pipeline(
-            codec=codec,
-            session=self._new_session(),
-            files=LogFiles(self.sink, self._file_event),
-            status=self.status,
-            publisher=self.publisher,
+            codec=self._codec,
+            session=self._new_session(system_id),
+            files=LogFiles(sink, partial(self._file_event, system_id)),
+            status=status,
+            publisher=publisher,
             on_log_ended=self._log_ended,
         )
-        self.pipeline = pipeline
+        self.vehicles[system_id] = pipeline
+        if self.pipeline is None:
+            self.pipeline = pipeline
+        logger.info("vehicle sysid %d: recording into %s", system_id, where)
+        pipeline.files.start()
+        pipeline.attach(self._vehicle_send(pipeline), now, restored=False)
+        pipeline.start(now)
         return pipeline
 
-    def _file_event(self, event: FileEvent) -> None:
-        if self.pipeline is not None:
-            self.pipeline.file_event(event)
+    def _file_event(self, system_id: int, event: FileEvent) -> None:
+        self.vehicles[system_id].file_event(event)
 
-    def _new_session(self) -> LoggingSession:
+    def _new_session(self, system_id: int) -> LoggingSession:
         link = self.settings.link
         return LoggingSession(
             system_id=link.sysid,
             component_id=link.compid,
-            target_system=link.target_sysid,
+            target_system=system_id,
+            reorder_packets=link.reorder_packets,
+            reorder_time=link.reorder_window_s,
             data_timeout=self.settings.recording.idle_timeout_s,
         )
 
@@ -796,15 +894,16 @@ class Recorder:
                 return
             await asyncio.sleep(delay)
 
-    async def _link_loop(self, pipeline: Pipeline) -> None:
+    async def _link_loop(self) -> None:
         """Open the link, read it until it fails, and open it again, for ever."""
         attempt = 0
         last_error = ""
+        opened_before = False
         while True:
             try:
                 transport = await open_transport(self._spec)
             except LinkError as err:
-                if self.once and pipeline.transport is None:
+                if self.once and not opened_before:
                     # record --once: no link to wait for; one clear error, exit non-zero
                     raise _OnceLinkError(err) from None
                 if str(err) != last_error:
@@ -813,76 +912,188 @@ class Recorder:
                 await asyncio.sleep(RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)])
                 attempt += 1
                 continue
-            if pipeline.transport is not None:
+            if opened_before:
                 self.status.link_reconnects += 1
                 logger.info("link %s is back", transport.describe())
             else:
                 logger.info("listening on %s", transport.describe())
-            attempt, last_error = 0, ""
-            now = time.monotonic()
-            if pipeline.session.state is SessionState.IDLE:
                 self.status.state = "waiting for autopilot"
-                pipeline.attach(transport, now)
-                pipeline.start(now)
-            else:
-                pipeline.attach(transport, now)
+            opened_before = True
+            attempt, last_error = 0, ""
+            self._codec = self._link_codec = self._make_codec()  # fresh per opening
+            self._udp = transport if isinstance(transport, UdpTransport) else None
+            self._send = transport.send
+            now = time.monotonic()
+            self._hello(now)
+            for pipeline in self.vehicles.values():
+                pipeline.codec = self._codec
+                pipeline.attach(self._vehicle_send(pipeline), now, restored=True)
             try:
-                await self._receive_loop(pipeline, transport)
+                await self._receive_loop(transport)
             except LinkError as err:
                 logger.warning("%s; the open log waits for it to come back", err)
             finally:
-                pipeline.detach()
+                self._send = _drop
+                self._udp = self._link_codec = None
+                for pipeline in self.vehicles.values():
+                    pipeline.detach()
                 await transport.aclose()
 
-    async def _receive_loop(self, pipeline: Pipeline, transport: Transport) -> None:
-        receive = pipeline.receive
+    async def _receive_loop(self, transport: Transport) -> None:
+        route = self._route
         monotonic = time.monotonic
         while True:
             data = await transport.receive()
             if not data:
                 msg = f"link {transport.describe()} was closed"
                 raise LinkError(msg)
-            receive(data, monotonic())
+            route(data, monotonic())
 
-    async def _timer_loop(self, pipeline: Pipeline) -> None:
-        """Drive the session's timers until it has ended (stopped, or given up)."""
+    def _route(self, data: bytes, now: float) -> None:
+        """Decode one chunk and hand each vehicle its messages (acks go out inside)."""
+        messages = self._codec.decode(data)
+        if not messages:
+            return
+        system_id = messages[0].system_id
+        groups: dict[int, list[MavlinkMessage]]
+        if all(message.system_id == system_id for message in messages):
+            groups = {system_id: messages}  # the common case: one vehicle per chunk
+        else:
+            groups = {}
+            for message in messages:
+                groups.setdefault(message.system_id, []).append(message)
+        for system_id, group in groups.items():
+            pipeline = self.vehicles.get(system_id)
+            if pipeline is None:
+                pipeline = self._first_contact(system_id, group, now)
+                if pipeline is None:
+                    continue
+            elif self._udp is not None and pipeline.peer != self._udp.peer:
+                pipeline.attach(self._vehicle_send(pipeline), now, restored=False)
+            pipeline.receive_messages(group, now)
+
+    def _first_contact(
+        self, system_id: int, messages: list[MavlinkMessage], now: float
+    ) -> Pipeline | None:
+        """A new vehicle on the link when one of ``messages`` is its autopilot's HEARTBEAT."""
+        link = self.settings.link
+        heartbeats = [m for m in messages if type(m) is Heartbeat]
+        if not any(m.component_id == MAV_COMP_ID_AUTOPILOT1 for m in heartbeats):
+            ours = system_id == link.sysid and any(
+                m.component_id == link.compid for m in heartbeats
+            )
+            if ours and not self._impostor_warned:
+                self._impostor_warned = True
+                logger.warning(
+                    "another receiver on %s uses our MAVLink ids (sysid %d, compid %d): both "
+                    "would take one log stream; give one of them other ids (--sysid)",
+                    link.connection,
+                    link.sysid,
+                    link.compid,
+                )
+            return None
+        target = link.target_sysid
+        if target is not None and system_id != target:
+            if system_id not in self._ignored_systems:
+                self._ignored_systems.add(system_id)
+                logger.info(
+                    "vehicle sysid %d seen on %s and ignored: recording sysid %d only "
+                    "(--target-sysid)",
+                    system_id,
+                    link.connection,
+                    target,
+                )
+            return None
+        return self._new_vehicle(system_id, now)
+
+    def _vehicle_send(self, pipeline: Pipeline) -> Callable[[bytes], None]:
+        """How ``pipeline`` sends: to its own vehicle's address on a UDP link that has several."""
+        udp = self._udp
+        if udp is None or udp.peer is None:
+            pipeline.peer = None
+            return self._send
+        peer = pipeline.peer = udp.peer
+        send: Callable[[bytes], None] = partial(udp.send_to, peer=peer)
+        return send
+
+    async def _timer_loop(self) -> None:
+        """Drive every vehicle's timers until all have ended (stopped, or given up)."""
         stopping = False
-        rejected_at: float | None = None
-        while not pipeline.ended.is_set():
+        next_progress_log = 0.0
+        while True:
             now = time.monotonic()
-            if not stopping and (self._stop_requested.is_set() or pipeline.fatal is not None):
+            vehicles = list(self.vehicles.values())
+            if stopping and all(p.ended.is_set() for p in vehicles):
+                return
+            if not stopping and (
+                self._stop_requested.is_set() or any(p.fatal is not None for p in vehicles)
+            ):
                 stopping = True
-                pipeline.stop(now)
+                next_progress_log = now + STOP_PROGRESS_LOG_S
+                if self._status_stream is None:  # a terminal shows this on its status line
+                    logger.info(
+                        "stopping: LOGGING_STOP sent; a second SIGINT or SIGTERM ends at once "
+                        "(the .part is kept)"
+                    )
+                for pipeline in vehicles:
+                    pipeline.stop(now)
                 continue
-            if stopping:
-                if self._abandon_requested.is_set():
-                    logger.warning("stop abandoned: the end of the log is not recorded")
-                    pipeline.abandon(now)
+            if not vehicles:
+                if stopping:
+                    return  # no vehicle was ever heard: nothing to stop
+                if now >= self._next_hello:
+                    self._hello(now)
+            for pipeline in vehicles:
+                if pipeline.ended.is_set():
                     continue
-                progress = pipeline.session.stop_progress(now)
-                self.status.state = "stopping" if progress is None else f"stopping: {progress}"
-            elif pipeline.rejected is not None:
-                if self.once:
-                    self._stop_requested.set()
-                    continue
-                if rejected_at is None:
-                    rejected_at = now
-                    logger.warning("asking again in %.0f s", REJECTED_RETRY_S)
-                elif now - rejected_at >= REJECTED_RETRY_S:
-                    rejected_at = None
-                    pipeline.rejected = None
-                    pipeline.session = self._new_session()
-                    pipeline.start(now)
-            else:
-                self.status.state = _state_text(pipeline.session.state, self.status.state)
-            pipeline.timer(now)
-            deadline = pipeline.next_deadline()
+                if stopping:
+                    if self._abandon_requested.is_set():
+                        logger.warning("stop abandoned: the end of the log is not recorded")
+                        pipeline.abandon(now)
+                        continue
+                    progress = pipeline.session.stop_progress(now)
+                    pipeline.status.state = (
+                        "stopping" if progress is None else f"stopping: {progress}"
+                    )
+                    if progress is not None and now >= next_progress_log:
+                        logger.info("stopping: %s", progress)
+                elif pipeline.rejected is not None:
+                    self._rejected(pipeline, now)
+                else:
+                    pipeline.status.state = _state_text(
+                        pipeline.session.state, pipeline.status.state
+                    )
+                pipeline.timer(now)
+            if stopping and now >= next_progress_log:
+                next_progress_log = now + STOP_PROGRESS_LOG_S
+            deadlines = [d for p in vehicles if (d := p.next_deadline()) is not None]
             delay = TIMER_TICK_S
-            if deadline is not None:
-                delay = min(delay, max(0.0, deadline - time.monotonic()))
+            if deadlines:
+                delay = min(delay, max(0.0, min(deadlines) - time.monotonic()))
             wake = self._abandon_requested if stopping else self._stop_requested
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), delay)
+
+    def _hello(self, now: float) -> None:
+        """Send our HEARTBEAT while no vehicle is known: a udpout peer learns our address from it.
+
+        Each vehicle's session sends its own once it exists.
+        """
+        self._send(self._codec.encode_heartbeat())
+        self._next_hello = now + HELLO_INTERVAL_S
+
+    def _rejected(self, pipeline: Pipeline, now: float) -> None:
+        """The vehicle refused to stream: ask again later (or give up with --once)."""
+        if self.once:
+            self._stop_requested.set()
+        elif pipeline.rejected_at is None:
+            pipeline.rejected_at = now
+            logger.warning("asking again in %.0f s", REJECTED_RETRY_S)
+        elif now - pipeline.rejected_at >= REJECTED_RETRY_S:
+            system_id = pipeline.session.autopilot_system
+            pipeline.rejected = pipeline.rejected_at = None
+            pipeline.session = self._new_session(system_id or 1)
+            pipeline.start(now)
 
     def _log_ended(self, _ended: LogEnded) -> None:
         if self.once:
@@ -897,24 +1108,25 @@ class Recorder:
         last_bytes, last_time = 0, started
         hint_after = self.settings.link.hint_after_s
         # The open link is checked once, hint_after after it opened, for any valid MAVLink.
-        watched: Pipeline | None = None
+        watched: MavlinkCodec | None = None
         watched_since = started
         while True:
             now = time.monotonic()
-            pipeline = self.pipeline
-            if pipeline is not watched:
-                watched, watched_since = pipeline, now
-            elif pipeline is not None and hint_after and now - watched_since >= hint_after:
-                hint = self.link_hint(pipeline.codec)
+            codec = self._link_codec
+            if codec is not watched:
+                watched, watched_since = codec, now
+            elif codec is not None and hint_after and now - watched_since >= hint_after:
+                hint = self.link_hint(codec)
                 if hint is not None:
                     logger.warning("%s", hint)
                 watched_since = float("inf")  # one look per link opening
-            if pipeline is not None:
-                pipeline.refresh_status()
-                if self.publisher is not None:
-                    self.publisher.offer(
-                        self.publisher.policy.update_status(
-                            now, state=self.status.state, fields=self._status_fields()
+            pipeline = self.pipeline
+            for vehicle in self.vehicles.values():
+                vehicle.refresh_status()
+                if vehicle.publisher is not None:
+                    vehicle.publisher.offer(
+                        vehicle.publisher.policy.update_status(
+                            now, state=vehicle.status.state, fields=status_fields(vehicle.status)
                         )
                     )
             elapsed = now - last_time
@@ -930,7 +1142,9 @@ class Recorder:
                 next_notify = now + 5.0
             if self._status_stream is None and pipeline is not None and now >= next_log:
                 # No terminal (the journal, a pipe): the counters as one key=value line.
-                fields = " ".join(f"{k}={json.dumps(v)}" for k, v in self._status_fields().items())
+                fields = " ".join(
+                    f"{k}={json.dumps(v)}" for k, v in status_fields(self.status).items()
+                )
                 logger.info("status state=%s %s", self.status.state.replace(" ", "_"), fields)
                 next_log = now + STATUS_LOG_INTERVAL_S
             await asyncio.sleep(STATUS_INTERVAL_S)
@@ -959,34 +1173,19 @@ class Recorder:
             why = "wrong address or port? is a PX4 MAVLink instance sending to it?"
         return f"nothing arrives on {spec} ({why})"
 
-    def _status_fields(self) -> dict[str, str | int | float | bool | None]:
-        status = self.status
-        return {
-            "log_file": None if status.log_path is None else str(status.log_path),
-            "log_bytes": status.log_bytes,
-            "logs": status.logs_finished,
-            "packets": status.packets,
-            "gaps": status.gaps,
-            "packets_lost": status.packets_lost,
-            "packets_late": status.late,
-            "dropouts": status.dropouts,
-            "bad_frames": status.bad_frames,
-            "link_reconnects": status.link_reconnects,
-            "mqtt_dropped": status.mqtt_dropped,
-            "mqtt_unpublishable": status.mqtt_unpublishable,
-            "error": status.error,
-        }
-
     def status_text(self) -> str:
         """One line: state, file, bytes, rate, packets, gaps, dropouts (and MQTT)."""
         status = self.status
         name = "-" if status.log_path is None else status.log_path.name
+        gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
+        dropouts = "1 dropout" if status.dropouts == 1 else f"{status.dropouts} dropouts"
         text = (
             f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
             f"{status.bytes_per_s / 1e3:.0f} KB/s, {status.packets} packets, "
-            f"{status.gaps} gaps ({status.packets_lost} lost, {status.late} late), "
-            f"{status.dropouts} dropouts"
+            f"{gaps} ({status.packets_lost} lost, {status.late} late), {dropouts}"
         )
+        if len(self.vehicles) > 1:
+            text += f" (first of {len(self.vehicles)} vehicles)"
         if self.publisher is not None:
             link = "up" if status.mqtt_connected else "down"
             text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
@@ -996,5 +1195,25 @@ class Recorder:
         stream = self._status_stream
         if stream is None:
             return
-        stream.write("\r\x1b[K" + ("" if final else self.status_text()))
+        text = ""
+        if not final:
+            if self._stop_requested.is_set() and not self._stop_hint_shown:
+                self._stop_hint_shown = True
+                stream.write("\r\x1b[Kstopping: Ctrl-C again ends at once (the .part is kept)\n")
+            text = fit_line(self.status_text(), terminal_width(stream))
+        stream.write("\r\x1b[K" + text)
         stream.flush()
+
+
+def terminal_width(stream: TextIO) -> int:
+    """Columns of the terminal ``stream`` writes to (``$COLUMNS`` or 80 when it cannot tell)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size().columns
+
+
+def fit_line(text: str, width: int) -> str:
+    """``text`` cut to fit in ``width`` columns without wrapping (the last column stays free)."""
+    room = max(width - 1, 1)
+    return text if len(text) <= room else text[: room - 1] + "~"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import sys
 import tempfile
@@ -18,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from ulogstream.adapters.ulog_file import read
 from ulogstream.config import LinkSettings, MqttSettings, RecordingSettings, Settings
-from ulogstream.daemon import Recorder, RecorderStatus
+from ulogstream.daemon import Recorder, RecorderStatus, fit_line, terminal_width
 from ulogstream.sim import USB_LINK_RATE
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import VehicleConfig
-from ulogstream.ulog.reader import read
 
 if TYPE_CHECKING:
     from ulogstream.sim.runner import SimSummary
@@ -75,6 +76,8 @@ class DemoResult:
     flight_s: float
     status: RecorderStatus
     sim: SimSummary | None
+    mqtt_error: str | None = None
+    """Why the last connection to the broker failed (``--mqtt``), if it did."""
 
 
 def free_udp_port() -> int:
@@ -133,6 +136,7 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
             flight_s=flight.duration_s,
             status=recorder.status,
             sim=sim,
+            mqtt_error=None if recorder.publisher is None else recorder.publisher.sink.last_error,
         )
 
 
@@ -158,7 +162,8 @@ async def _watch(
         elif status.packets and now - quiet_since >= QUIET_BEFORE_STOP_S:
             recorder.request_stop()
         if view is not None:
-            drawn = _redraw(view, view_lines(recorder, options, now - started), drawn)
+            lines = view_lines(recorder, options, now - started)
+            drawn = _redraw(view, fit_lines(lines, terminal_width(view)), drawn)
         elif now >= next_line:
             # Not a terminal (a pipe, CI): a plain progress line every few seconds.
             sys.stdout.write(f"{now - started:5.1f} s  {recorder.status_text()}\n")
@@ -188,13 +193,24 @@ def view_lines(recorder: Recorder, options: DemoOptions, elapsed_s: float) -> li
     return lines
 
 
+def fit_lines(lines: list[str], width: int) -> list[str]:
+    """``lines`` cut to ``width`` columns, so that none wraps and the redraw stays in place."""
+    return [fit_line(line, width) for line in lines]
+
+
 def _redraw(view: TextIO, lines: list[str], drawn: int) -> int:
+    """Draw ``lines`` over the ``drawn`` lines of the last call (each one row: see fit_lines)."""
     if drawn:
         view.write(f"\x1b[{drawn}F")
     view.write("".join(f"\x1b[2K{line}\n" for line in lines))
     view.write("\x1b[J")
     view.flush()
     return len(lines)
+
+
+def error_words(text: str) -> str:
+    """An error text without its ``[Errno N]`` prefix: ``[Errno 111] Connection refused``."""
+    return re.sub(r"\[Errno -?\d+\]\s*", "", text)
 
 
 def summary_lines(result: DemoResult, options: DemoOptions) -> list[str]:
@@ -213,7 +229,7 @@ def summary_lines(result: DemoResult, options: DemoOptions) -> list[str]:
         ),
         (
             f"  {result.recorded_samples} of {result.source_samples} samples recovered"
-            f" ({share:.1%}): every whole message the link delivered."
+            f" ({share:.1%}): all that arrived whole."
         ),
         "Open it:",
         f"  ulogstream info {path}",
@@ -226,9 +242,15 @@ def summary_lines(result: DemoResult, options: DemoOptions) -> list[str]:
             "  ulogstream demo --mqtt mqtt://localhost",
             "  mosquitto_sub -t 'ulogstream/demo/#' -v",
         ]
-    else:
+    elif status.mqtt_published:
         lines.append(
             f"Published {status.mqtt_published} MQTT messages to {options.mqtt_url}"
             f" ({status.mqtt_dropped} dropped) under ulogstream/demo/."
+        )
+    else:
+        why = f" ({error_words(result.mqtt_error)})" if result.mqtt_error else ""
+        lines.append(
+            f"MQTT: the broker at {options.mqtt_url} was never reached{why}: nothing was"
+            " published (is it running? check the URL)."
         )
     return lines

@@ -304,6 +304,22 @@ def test_max_total_mb_deletes_oldest_logs_also_while_recording(tmp_path: Path) -
 # --- recovery --------------------------------------------------------------------------------
 
 
+def test_recovery_also_finishes_the_logs_of_other_vehicles(tmp_path: Path) -> None:
+    log = sample_log()
+    home = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
+    other = tmp_path / "sysid2" / "2026-11-21" / "10_05_08.ulg.part"
+    for part in (home, other):
+        part.parent.mkdir(parents=True)
+        part.write_bytes(log)
+
+    recovered = recover_partial_files(tmp_path)
+
+    assert sorted(r.path for r in recovered) == sorted(
+        p.with_name(p.name.removesuffix(".part")) for p in (home, other)
+    )
+    assert all(r.path.read_bytes() == log for r in recovered)
+
+
 def test_recovery_trims_a_truncated_tail_and_finishes_the_log(tmp_path: Path) -> None:
     log = sample_log()
     whole = len(log) - len(split_messages(log)[-1])

@@ -110,7 +110,7 @@ def make_pipeline(out_dir: Path, *, max_logs: int = 0) -> tuple[Pipeline, Publis
     )
     pipelines.append(pipeline)
     files.start()
-    pipeline.attach(NullTransport(), 0.0)
+    pipeline.attach(NullTransport().send, 0.0, restored=False)
     return pipeline, publisher
 
 
@@ -247,12 +247,22 @@ while True:
 """The control of part (b): a receiver that only acks (recvfrom, check the id, sendto)."""
 
 
+def finished_logs(out_dir: Path, count: int) -> None:
+    """``count`` small finished logs under ``out_dir``, 100 a day, as months of flights leave."""
+    for number in range(count):
+        day = out_dir / f"2026-{1 + number // 3000:02d}-{1 + number // 100 % 28:02d}"
+        day.mkdir(parents=True, exist_ok=True)
+        (day / f"{number:06d}.ulg").write_bytes(b"ULog\x01\x125\x01" + bytes(8))
+
+
 async def ack_round_trips(
-    log: bytes, speed: float | None, *, baseline: bool = False
+    log: bytes, speed: float | None, *, baseline: bool = False, rotation: int = 0
 ) -> tuple[list[float], int, float, int]:
     """Stream ``log`` to a recorder process; the sorted round trips, frames, seconds, resends.
 
-    The recorder runs on one CPU, the vehicle (this process) on the other.
+    The recorder runs on one CPU, the vehicle (this process) on the other. ``rotation``: that
+    many finished logs wait in the output directory with ``max_logs`` set to keep that many, so
+    the log start scans them all and deletes the oldest while PX4 waits for acks.
     """
     cpus = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as tmp:
@@ -261,6 +271,15 @@ async def ack_round_trips(
         timer = AckTimer(link)
         if baseline:
             command = ["-c", BASELINE_ACKER, port]
+        elif rotation:
+            finished_logs(Path(tmp) / "out", rotation)
+            config_file = Path(tmp) / "ulogstream.toml"
+            config_file.write_text(
+                f'[link]\nconnection = "udpout:127.0.0.1:{port}"\n'
+                f'[recording]\nout_dir = "{tmp}/out"\nmin_free_mb = 0\nmax_logs = {rotation}\n'
+                "[systemd]\nwatchdog = false\n"
+            )
+            command = ["-m", "ulogstream", "run", "--config", str(config_file)]
         else:
             command = [
                 "-m", "ulogstream", "record", f"udpout:127.0.0.1:{port}", "--once",
@@ -290,7 +309,12 @@ async def ack_round_trips(
             process.kill()
         await process.wait()
         os.sched_setaffinity(0, set(cpus))
-        if not baseline:
+        if rotation:
+            kept = recordings(Path(tmp) / "out")
+            if len(kept) != rotation or kept[-1].read_bytes() != log:
+                msg = f"part (b): rotation kept {len(kept)} logs, not {rotation} with the new one"
+                raise SystemExit(msg)
+        elif not baseline:
             (path,) = recordings(Path(tmp))
             if path.read_bytes() != log and not summary.stats.queue_drops:
                 msg = "part (b): the recorder did not record the log byte for byte"
@@ -303,12 +327,15 @@ async def ack_round_trips(
 async def part_b(seconds: float) -> None:
     log = ack_heavy_log(seconds)
     runs = (
-        (PACED_SPEED, False, "recorder, paced by log time (as PX4's 16-deep queue fills)"),
-        (None, False, "recorder, speed=max (each 100 ms budget of 210 packets in one burst)"),
-        (PACED_SPEED, True, "control: a bare acking loop instead of the recorder, paced"),
+        (PACED_SPEED, False, 0, "recorder, paced by log time (as PX4's 16-deep queue fills)"),
+        (None, False, 0, "recorder, speed=max (each 100 ms budget of 210 packets in one burst)"),
+        (PACED_SPEED, False, 5000, "recorder, paced, 5000 finished logs, max_logs rotation on"),
+        (PACED_SPEED, True, 0, "control: a bare acking loop instead of the recorder, paced"),
     )
-    for speed, baseline, how in runs:
-        trips, frames, duration, resends = await ack_round_trips(log, speed, baseline=baseline)
+    for speed, baseline, rotation, how in runs:
+        trips, frames, duration, resends = await ack_round_trips(
+            log, speed, baseline=baseline, rotation=rotation
+        )
         p99 = trips[int(len(trips) * 0.99)]
         print(
             f"(b) ack round trip, {how}: {frames / duration:.0f} packets/s, {len(trips)} acked "

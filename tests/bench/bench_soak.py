@@ -1,11 +1,12 @@
 """Soak: hours of USB-rate log streaming, played fast, through ``ulogstream run`` with MQTT on.
 
 A generated flight is streamed again and again by ``ulogstream sim --repeat`` (each repeat a new
-log: the daemon's idle timeout ends it and the daemon restarts streaming) to the daemon, a real
-process publishing to a local mosquitto this script starts. Until the target packet count (by
-default one hour at PX4's USB rate, about 2100 packets/s: 7.56 M packets, 1.9 GB) or the time
-limit, the script samples the daemon's resident memory, checks each finished ``.ulg`` (byte-equal
-to what was streamed, else valid to our reader) and deletes it to keep the disk use bounded.
+log: the sim ends each flight as a GCS's STOP on disarm does and the daemon restarts streaming)
+to the daemon, a real process publishing to a local mosquitto this script starts. Until the
+target packet count (by default one hour at PX4's USB rate, about 2100 packets/s: 7.56 M
+packets, 1.9 GB) or the time limit, the script samples the daemon's resident memory, checks
+each finished ``.ulg`` (byte-equal to what was streamed, else valid to our reader) and deletes
+it to keep the disk use bounded.
 
 Run: ``.venv/bin/python tests/bench/bench_soak.py [--packets N] [--minutes M] [--rate-factor F]``
 """
@@ -40,9 +41,9 @@ from daemon.support import (  # noqa: E402
     make_flight,
 )
 
+from ulogstream.adapters.ulog_file import read  # noqa: E402
 from ulogstream.demo import free_udp_port  # noqa: E402
 from ulogstream.sim.vehicle import USB_LINK_RATE  # noqa: E402
-from ulogstream.ulog.reader import read  # noqa: E402
 
 USB_PACKETS_PER_S = 2100
 """PX4 streams about this many LOGGING_DATA packets per second over USB (protocol.md)."""

@@ -2,11 +2,13 @@
 
 Run: ``.venv/bin/python tests/bench/bench_ulog.py [--repeat N] [--large-mb 40]``.
 
-Prints, on the same files in one run: whole-file read throughput (MB/s, messages/s) of
-ulogstream and pyulog on every sample in ../shared/data/ulg and on a generated large file
-(a sample's data section repeated with shifted timestamps), peak memory (VmHWM of a fresh
-subprocess) for the large file next to the size of its rows (the floor for both readers), the
-cost of one 'P' message, and incremental throughput fed 249-byte chunks.
+Prints, on the same files in one run: whole-file read throughput (MB/s, data rows/s) of
+ulogstream and pyulog on every sample in ../shared/data/ulg, with aggregates for the old logs
+(few, large messages) and the modern ones (PX4 v1.15/v1.17: ~100 topic instances, ~60 bytes
+per message), and on two generated large files (the data section of an old and of a modern
+sample repeated with shifted timestamps): speed, peak memory (VmHWM of a fresh subprocess)
+next to the size of the rows (the floor for both readers); then the cost of one 'P' message
+and incremental throughput fed 249-byte chunks.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import math
 import struct
 import subprocess
 import sys
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING
 from pyulog import ULog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, uninstalled
-from ulogstream.ulog import read
+from ulogstream.adapters.ulog_file import read
 from ulogstream.ulog.dtypes import compile_format, parse_format
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.writer import ULogWriter
@@ -34,18 +37,20 @@ if TYPE_CHECKING:
     from ulogstream.ulog.events import FormatDefined
 
 SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "ulg"
-LARGE_SOURCE = "pyulog__sample.ulg"
+LARGE_SOURCES = {"old": "pyulog__sample.ulg", "modern": "pyulog__sample_px4_events.ulg"}
+MODERN = {
+    "px4-ulog-rs__corrupt_actuator_armed_wrong_size.ulg",
+    "px4-ulog-rs__corrupt_format_not_utf8.ulg",
+    "px4-ulog-rs__corrupt_unregistered_msg_id.ulg",
+    "pyulog__sample_px4_events.ulg",
+}
+"""The issue's modern logs: PX4 v1.17 (px4-ulog-rs) and v1.15 (pyulog's events sample)."""
 CHUNK = 249
 
 
-def count_messages(data: bytes) -> int:
-    """Count messages with a plain walk (framing only; corrupt tails end the count)."""
-    pos, count = 16, 0
-    while pos + 3 <= len(data):
-        size = data[pos] | data[pos + 1] << 8
-        pos += 3 + size
-        count += 1
-    return count
+def count_rows(path: Path) -> int:
+    """Data rows in the log as our reader reads it (a framing walk miscounts damaged logs)."""
+    return sum(len(topic.data) for topic in read(path).topics.values())
 
 
 def best_time(func: object, repeat: int) -> float:
@@ -143,7 +148,7 @@ mode, path, root, traced = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] ==
 sys.path.insert(0, root)
 import numpy
 from pyulog import ULog
-from ulogstream.ulog import read
+from ulogstream.adapters.ulog_file import read
 
 def hwm():
     with open("/proc/self/status") as status:
@@ -180,64 +185,46 @@ def main() -> None:
     """Run every measurement and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
-    parser.add_argument("--large-mb", type=int, default=40, help="size of the generated file")
+    parser.add_argument("--large-mb", type=int, default=40, help="size of the generated files")
     args = parser.parse_args()
     files = sorted(SAMPLES.glob("*.ulg"))
     if not files:
         print(f"no sample logs in {SAMPLES}; nothing to measure")
         return
 
-    print(f"{'file':52s} {'MB':>6s} {'msgs':>7s} {'ours MB/s':>10s} {'pyulog':>8s} {'x':>5s}")
-    total_bytes = total_ours = total_py = total_msgs = 0.0
+    print(f"{'file':52s} {'MB':>6s} {'rows':>7s} {'ours MB/s':>10s} {'pyulog':>8s} {'x':>5s}")
+    groups: dict[str, list[tuple[int, int, float, float]]] = {"old": [], "modern": []}
     for path in files:
         size = path.stat().st_size
-        msgs = count_messages(path.read_bytes())
+        msgs = count_rows(path)
         ours = best_time(lambda p=path: read(p), args.repeat)
         theirs = best_time(lambda p=path: read_pyulog(p), args.repeat)
-        total_bytes += size
-        total_ours += ours
-        total_py += theirs
-        total_msgs += msgs
+        groups["modern" if path.name in MODERN else "old"].append((size, msgs, ours, theirs))
         print(
             f"{path.name[:52]:52s} {size / 1e6:6.2f} {msgs:7d} {size / ours / 1e6:10.1f} "
             f"{size / theirs / 1e6:8.1f} {theirs / ours:5.2f}"
         )
-    print(
-        f"{'aggregate of samples':52s} {total_bytes / 1e6:6.2f} {int(total_msgs):7d} "
-        f"{total_bytes / total_ours / 1e6:10.1f} {total_bytes / total_py / 1e6:8.1f} "
-        f"{total_py / total_ours:5.2f}"
-    )
-    print(f"  messages/s: ours {total_msgs / total_ours:,.0f}, pyulog {total_msgs / total_py:,.0f}")
+    for name, rows in groups.items():
+        if not rows:
+            continue
+        size = sum(r[0] for r in rows)
+        msgs = sum(r[1] for r in rows)
+        ours = sum(r[2] for r in rows)
+        theirs = sum(r[3] for r in rows)
+        geomean = math.exp(sum(math.log(r[3] / r[2]) for r in rows) / len(rows))
+        print(
+            f"{'aggregate of ' + name + ' logs':52s} {size / 1e6:6.2f} {msgs:7d} "
+            f"{size / ours / 1e6:10.1f} {size / theirs / 1e6:8.1f} {theirs / ours:5.2f}"
+            f"  (geometric mean of the ratios {geomean:.2f}; rows/s: ours "
+            f"{msgs / ours:,.0f}, pyulog {msgs / theirs:,.0f})"
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
-        large = Path(tmp) / "large.ulg"
-        build_large(SAMPLES / LARGE_SOURCE, large, args.large_mb * 1_000_000)
-        size = large.stat().st_size
-        msgs = count_messages(large.read_bytes())
-        ours = best_time(lambda: read(large), args.repeat)
-        theirs = best_time(lambda: read_pyulog(large), args.repeat)
-        print(
-            f"\nlarge file ({size / 1e6:.1f} MB, {msgs} messages, from {LARGE_SOURCE}):\n"
-            f"  read: ours {size / ours / 1e6:.1f} MB/s ({msgs / ours:,.0f} msg/s), "
-            f"pyulog {size / theirs / 1e6:.1f} MB/s ({msgs / theirs:,.0f} msg/s), "
-            f"speed-up {theirs / ours:.2f}x"
-        )
-        base_ours, peak_ours, _ = peak_memory("ulogstream", large, traced=False)
-        base_py, peak_py, _ = peak_memory("pyulog", large, traced=False)
-        traced_ours = peak_memory("ulogstream", large, traced=True)[2]
-        traced_py = peak_memory("pyulog", large, traced=True)[2]
-        rows_mib = sum(topic.data.nbytes for topic in read(large).topics.values()) / 2**20
-        print(
-            f"  peak RSS (VmHWM): ours {peak_ours / 1024:.0f} MiB "
-            f"(+{(peak_ours - base_ours) / 1024:.2f} over imports), pyulog {peak_py / 1024:.0f} "
-            f"MiB (+{(peak_py - base_py) / 1024:.2f}); ratio {peak_ours / peak_py:.3f}; "
-            f"the rows themselves: {rows_mib:.2f} MiB\n"
-            f"  tracemalloc peak: ours {traced_ours / 1024:.0f} MiB, pyulog "
-            f"{traced_py / 1024:.0f} MiB; ratio {traced_ours / traced_py:.2f}"
-        )
-        data = large.read_bytes()
-        chunked = best_time(lambda: feed_chunks(data), 1)
-        print(f"  incremental, {CHUNK}-byte chunks: {size / chunked / 1e6:.1f} MB/s")
+        for kind, source in LARGE_SOURCES.items():
+            if (SAMPLES / source).exists():
+                large = Path(tmp) / f"large_{kind}.ulg"
+                build_large(SAMPLES / source, large, args.large_mb * 1_000_000)
+                measure_large(large, f"{kind} log {source}", args.repeat)
 
         params = Path(tmp) / "params.ulg"
         build_parameters(params, 20_000)
@@ -254,6 +241,32 @@ def main() -> None:
         f"incremental, {CHUNK}-byte chunks, all samples: "
         f"{sum(map(len, all_bytes)) / chunked / 1e6:.1f} MB/s"
     )
+
+
+def measure_large(large: Path, source: str, repeat: int) -> None:
+    """Speed, peak memory and 249-byte incremental feeding on one generated large file."""
+    size = large.stat().st_size
+    msgs = count_rows(large)
+    ours = best_time(lambda: read(large), repeat)
+    theirs = best_time(lambda: read_pyulog(large), repeat)
+    print(
+        f"\nlarge file ({size / 1e6:.1f} MB, {msgs} data rows, from the {source}):\n"
+        f"  read: ours {size / ours / 1e6:.1f} MB/s ({msgs / ours:,.0f} rows/s), "
+        f"pyulog {size / theirs / 1e6:.1f} MB/s ({msgs / theirs:,.0f} rows/s), "
+        f"speed-up {theirs / ours:.2f}x"
+    )
+    base_ours, peak_ours, _ = peak_memory("ulogstream", large, traced=False)
+    base_py, peak_py, _ = peak_memory("pyulog", large, traced=False)
+    rows_mib = sum(topic.data.nbytes for topic in read(large).topics.values()) / 2**20
+    print(
+        f"  peak RSS (VmHWM): ours {peak_ours / 1024:.1f} MiB "
+        f"(+{(peak_ours - base_ours) / 1024:.2f} over imports), pyulog {peak_py / 1024:.1f} "
+        f"MiB (+{(peak_py - base_py) / 1024:.2f}); ratio {peak_ours / peak_py:.3f}; "
+        f"the rows themselves: {rows_mib:.2f} MiB"
+    )
+    data = large.read_bytes()
+    chunked = best_time(lambda: feed_chunks(data), 1)
+    print(f"  incremental, {CHUNK}-byte chunks: {size / chunked / 1e6:.1f} MB/s")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from pyulog import ULog
 
+from ulogstream.adapters.ulog_file import read
 from ulogstream.sim.flightlog import (
     FORMATS,
     INITIAL_PARAMETERS,
@@ -17,7 +18,6 @@ from ulogstream.sim.flightlog import (
     TOPIC_RATES_HZ,
     generate_flight_log,
 )
-from ulogstream.ulog.reader import read
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import aiomqtt
 from pyulog import ULog
 
+from ulogstream.adapters.ulog_file import read
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import (
@@ -34,7 +35,6 @@ from ulogstream.sim.vehicle import (
     split_log,
 )
 from ulogstream.stream.packets import MAV_CMD_LOGGING_START, CommandLong, LoggingAck
-from ulogstream.ulog.reader import read
 from ulogstream.ulog.spec import MessageType
 
 if TYPE_CHECKING:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import re
+import socket
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -24,6 +26,7 @@ from daemon.support import (
     recordings,
     subscriber,
 )
+from waiting import eventually
 
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.ulog.spec import MessageType
@@ -129,3 +132,27 @@ async def test_demo_publishes_live_to_mqtt(tmp_path: Path, mosquitto: Broker) ->
     statuses = [m for m in messages if m.topic == "ulogstream/demo/meta/status"]
     assert statuses
     assert f"to {mosquitto.url} (0 dropped) under ulogstream/demo/" in demo.stdout()
+
+    # A dashboard connecting afterwards is shown the finished file, not a .part being recorded.
+    (path,) = recordings(tmp_path / "recordings")
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/demo/meta/status") as got:
+        await eventually(lambda: bool(got), what="no retained status after the demo")
+    retained = json.loads(got[0].payload)
+    assert got[0].retain
+    assert (retained["online"], retained["state"]) == (False, "stopped")
+    assert (retained["log_file"], retained["logs"]) == (str(path), 1)
+
+
+def test_demo_to_an_unreachable_broker_says_so_and_fails(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"mqtt://127.0.0.1:{probe.getsockname()[1]}"
+    done = run_demo(tmp_path, "--loss", "0", "--mqtt", url)
+    assert done.returncode == 1
+    assert "Published" not in done.stdout
+    assert (
+        f"MQTT: the broker at {url} was never reached (Connection refused): nothing was"
+        " published (is it running? check the URL)."
+    ) in done.stdout.splitlines()
+    assert "Traceback" not in done.stderr
+    assert len(recordings(tmp_path / "recordings")) == 1, "the recording itself was made"

@@ -15,6 +15,7 @@ from ulogstream import daemon
 from ulogstream.adapters.file_sink import UlgFileSink
 from ulogstream.adapters.log_files import LogFiles
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
+from ulogstream.adapters.ulog_file import read
 from ulogstream.config import MqttSettings
 from ulogstream.daemon import Pipeline, Publisher, Recorder, RecorderStatus
 from ulogstream.demo import free_udp_port
@@ -22,7 +23,6 @@ from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.publish import PublishPolicy, PublishSettings
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 from ulogstream.stream.session import LoggingSession
-from ulogstream.ulog.reader import read
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -21,9 +21,9 @@ from daemon.support import (
 )
 from waiting import eventually
 
+from ulogstream.adapters.ulog_file import read
 from ulogstream.demo import free_udp_port
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
-from ulogstream.ulog.reader import read
 
 if TYPE_CHECKING:
     from pathlib import Path

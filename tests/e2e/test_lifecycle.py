@@ -7,7 +7,8 @@ import errno
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
 from e2e.support import (
@@ -44,9 +45,6 @@ from ulogstream.stream.packets import (
 )
 from ulogstream.ulog.spec import MessageType
 from ulogstream.ulog.writer import ULogWriter
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 START, STOP = MAV_CMD_LOGGING_START, MAV_CMD_LOGGING_STOP
 
@@ -409,6 +407,27 @@ async def test_new_log_with_another_header_mid_stream_starts_a_second_file(
     assert "new log" in finished_messages(caplog)[0]
 
 
+async def record_past_a_disk_fault(tmp_path: Path, *, seed: int) -> tuple[str, Path]:
+    """Two logs (the vehicle reboots) while the first one meets a disk fault set up before.
+
+    The second log must be recorded whole, acking must never stop, and the first log's
+    ``.part`` must stay as far as it reached the disk. Returns the status error and that part.
+    """
+    log = flight_log(4.0, seed=seed)
+    link, connection = await listening_vehicle()
+    recorder = Recorder(recorder_settings(connection, tmp_path))
+    run = await record(log, recorder, link, faults=FaultConfig(reboot_at=400), stop_after_log=1)
+    assert run.exit_code == 0
+    (second,) = run.files
+    assert second.read_bytes() == log
+    assert run.summary.stats.ack_timeouts == 0
+    (part,) = files(tmp_path, "*.ulg.part")
+    assert log.startswith(part.read_bytes())
+    error = run.recorder.status.error
+    assert error is not None
+    return error, part
+
+
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
 async def test_a_failed_finalise_keeps_its_part_and_recording_goes_on(
@@ -427,16 +446,27 @@ async def test_a_failed_finalise_keeps_its_part_and_recording_goes_on(
         return real_finalise(open_log)
 
     monkeypatch.setattr(file_sink, "_finalise", eio_once)
-    log = flight_log(4.0, seed=26)
-    link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path))
-    run = await record(log, recorder, link, faults=FaultConfig(reboot_at=400), stop_after_log=1)
-    assert run.exit_code == 0
-    (second,) = run.files  # the first log's finalise failed; the next log was recorded whole
-    assert second.read_bytes() == log
-    (part,) = files(tmp_path, "*.ulg.part")
-    assert log.startswith(part.read_bytes())  # kept as it was, for start-up recovery
-    error = run.recorder.status.error
-    assert error is not None
+    error, part = await record_past_a_disk_fault(tmp_path, seed=26)
     assert "Input/output error" in error
     assert f"{part.name} is kept and recovered at start-up" in error
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_disk_that_fails_mid_log_ends_that_log_and_the_next_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = os.write
+    failed: list[int] = []
+
+    def read_only_once(fd: int, data: bytes) -> int:
+        if not failed and str(Path(f"/proc/self/fd/{fd}").readlink()).endswith(".ulg.part"):
+            failed.append(fd)
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", read_only_once)
+    error, _part = await record_past_a_disk_fault(tmp_path, seed=27)
+    assert failed
+    assert "Read-only file system" in error
+    assert "recording goes on with the next log" in error

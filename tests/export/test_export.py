@@ -20,6 +20,7 @@ from numpy.lib.recfunctions import repack_fields
 from rosbags.rosbag1 import Reader
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
+from ulogstream.adapters.ulog_file import read
 from ulogstream.errors import UlogstreamError
 from ulogstream.export import rosbag
 from ulogstream.export.mcap import export_mcap
@@ -36,7 +37,6 @@ from ulogstream.export.rostypes import (
     text_of,
 )
 from ulogstream.ulog.events import FormatDefined, LoggedString, Parameter
-from ulogstream.ulog.reader import read
 from ulogstream.ulog.writer import ULogWriter
 
 if TYPE_CHECKING:
@@ -319,9 +319,9 @@ def check_export(
     }
     for topic, key in data_topics.items():
         rows, timestamps = expected.topics[key]
-        if version is RosVersion.ROS1:  # the bag reader yields in time order, ties in file order
-            order = np.argsort(timestamps, kind="stable")
-            rows, timestamps = rows[order], timestamps[order]
+        # both formats are written in time order, ties in log order (Foxglove needs it)
+        order = np.argsort(timestamps, kind="stable")
+        rows, timestamps = rows[order], timestamps[order]
         assert back.types[topic] == ros_type_name(key[0]), topic
         if by_bytes:
             wire = ros1_wire(rows, string_fields(key[0], expected.formats))
@@ -333,12 +333,11 @@ def check_export(
     strings = expected.strings
     parameters = expected.parameters
     start = expected.header_timestamp_us
-    if version is RosVersion.ROS1:
-        strings = sorted(strings, key=lambda s: clock.to_ns(s.timestamp_us))
-        parameters = sorted(
-            parameters,
-            key=lambda p: clock.to_ns(start if p.timestamp_us is None else p.timestamp_us),
-        )
+    strings = sorted(strings, key=lambda s: clock.to_ns(s.timestamp_us))
+    parameters = sorted(
+        parameters,
+        key=lambda p: clock.to_ns(start if p.timestamp_us is None else p.timestamp_us),
+    )
     logs = back.messages.get("/rosout", [])
     assert [m.msg for m in logs] == [s.text for s in strings]  # type: ignore[attr-defined]
     levels = [ros_log_level(s.level, version) for s in strings]

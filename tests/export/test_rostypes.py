@@ -18,6 +18,7 @@ from ulogstream.export.rostypes import (
     nested_closure,
     new_typestore,
     register_format,
+    ros2_field_name,
     ros_definition,
     ros_log_level,
     ros_topic,
@@ -225,3 +226,13 @@ def test_a_format_of_padding_only_gives_one_empty_message_per_row(version: RosVe
     rows = np.zeros(3, dtype=compile_format("t", formats).dtype)
     converter = RowConverter(new_typestore(version), "t", formats, itemsize=4)
     assert len(converter.messages(rows)) == 3
+
+
+def test_ros2_definitions_have_names_ros2_allows() -> None:
+    fmt = parse_format("t:uint64_t timestamp;float voltage5V_v;uint8_t a__b_;float A;float a;")
+    assert ros_definition(fmt, RosVersion.ROS2) == (
+        "uint64 timestamp\nfloat32 voltage5v_v\nuint8 a_b\nfloat32 a\nfloat32 a_2\n"
+    )
+    assert "float32 voltage5V_v\n" in ros_definition(fmt)  # ROS 1 keeps the ULog names
+    assert ros2_field_name("_x1") == "x1"
+    assert ros2_field_name("9lives") == "f_9lives"

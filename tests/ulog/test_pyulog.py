@@ -1,4 +1,4 @@
-"""Golden results: ulogstream.ulog.read agrees with pyulog 1.3 on every sample log.
+"""Golden results: ulogstream.adapters.ulog_file.read agrees with pyulog 1.3 on every sample log.
 
 Where we deliberately differ it is asserted precisely:
 - corrupt files: pyulog skips to the next sync magic after a garbage header; we resume at the
@@ -16,6 +16,7 @@ import io
 import re
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -23,8 +24,11 @@ import pytest
 from conftest import SHARED_ULG_FILES, shared_ulg
 from pyulog import ULog
 
-from ulogstream.ulog import TopicData, ULogData, read
+from ulogstream.adapters.ulog_file import read
 from ulogstream.ulog.spec import PADDING_PREFIX, TYPE_STRUCT_CODES
+
+if TYPE_CHECKING:
+    from ulogstream.ulog import TopicData, ULogData
 
 SAMPLE_NAMES = [p.name for p in SHARED_ULG_FILES] or ["pyulog__sample.ulg"]
 

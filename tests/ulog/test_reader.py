@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from ulog.ulog_helpers import VEHICLE_SIZE, normalise, parse, sample_log, vehicle_payload
 
+from ulogstream.adapters.ulog_file import iter_events, read
 from ulogstream.errors import ULogFormatError, UlogstreamError
-from ulogstream.ulog import Dropout, LoggedString, Parameter, ParameterDefault, iter_events, read
+from ulogstream.ulog import Dropout, LoggedString, Parameter, ParameterDefault
 from ulogstream.ulog.writer import ULogWriter
 
 if TYPE_CHECKING:

@@ -37,6 +37,8 @@ DEFAULT_MAX_BUFFERED = 4 << 20
 """Pending bytes that force an early ``os.write`` (about 8 s at the USB streaming ceiling)."""
 
 SUFFIX = ".ulg"
+VEHICLE_FOLDER = "sysid"
+"""Logs of a vehicle other than the home one go to ``{out_dir}/sysid{N}/``."""
 PART_SUFFIX = ".ulg.part"
 CORRUPT_SUFFIX = ".ulg.corrupt"
 
@@ -411,12 +413,18 @@ class UlgFileSink:
 def recover_partial_files(out_dir: Path) -> list[RecoveredFile]:
     """Finish the ``.ulg.part`` files an interrupted recording left in ``out_dir``.
 
+    Both layouts are searched: ``{out_dir}/{date}/`` and per vehicle ``{out_dir}/sysid{N}/{date}/``.
+
     Each is trimmed to its last whole ULog message and renamed to ``.ulg``; a file without a
     ULog header is renamed ``.ulg.corrupt`` and left as it was. Run it before any sink opens.
     """
     if not out_dir.is_dir():
         return []
-    return [_recover(part) for part in sorted(out_dir.glob(f"*/*{PART_SUFFIX}"))]
+    parts = [
+        *out_dir.glob(f"*/*{PART_SUFFIX}"),
+        *out_dir.glob(f"{VEHICLE_FOLDER}*/*/*{PART_SUFFIX}"),
+    ]
+    return [_recover(part) for part in sorted(parts)]
 
 
 def whole_messages_end(data: bytes | bytearray | memoryview) -> int:

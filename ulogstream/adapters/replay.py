@@ -13,7 +13,7 @@ import contextlib
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
@@ -65,12 +65,18 @@ class ReplayStats:
         messages: Messages offered to the sink.
         log_duration_s: Vehicle time covered by the log.
         elapsed_s: Receiver time the replay took.
+        published: Messages the broker took (:func:`replay_to_mqtt`).
+        unsent: Messages still waiting when the replay gave up on the broker.
+        broker_error: Why the last connection to the broker failed, if it did.
     """
 
     events: int
     messages: int
     log_duration_s: float
     elapsed_s: float
+    published: int = 0
+    unsent: int = 0
+    broker_error: str | None = None
 
 
 def _event_time_us(event: ULogEvent) -> int | None:
@@ -221,4 +227,6 @@ async def replay_to_mqtt(
         runner.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await runner
-    return stats
+    return replace(
+        stats, published=sink.published, unsent=sink.pending, broker_error=sink.last_error
+    )

@@ -141,7 +141,14 @@ class UdpTransport:
     def send(self, data: bytes) -> None:
         """Send one datagram to the peer without waiting; dropped (and counted) if it cannot go."""
         peer = self._peer
-        if peer is None or self._closed:
+        if peer is None:
+            self._dropped_sends += 1
+            return
+        self.send_to(data, peer)
+
+    def send_to(self, data: bytes, peer: Address) -> None:
+        """Send one datagram to ``peer`` (one of several vehicles behind this socket)."""
+        if self._closed:
             self._dropped_sends += 1
             return
         try:

@@ -5,6 +5,8 @@ messages CDR, serialized by :mod:`rosbags`; the file is written by the ``mcap`` 
 the ``ros2`` profile. Channels are named as in the bag export; logged strings are
 ``rcl_interfaces/msg/Log`` on ``/rosout``, parameters ``px4_ulog/msg/Parameter`` on
 ``/parameters``, and the log's info values an MCAP metadata record named ``ulog_info``.
+Messages are written in log-time order (sorted in bounded memory, see
+:mod:`ulogstream.export.ordering`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, BinaryIO, Final
 from mcap.writer import CompressionType, Writer
 
 from ulogstream.errors import UlogstreamError
+from ulogstream.export.ordering import DEFAULT_BUDGET, TimeOrder
 from ulogstream.export.rostypes import (
     CHUNK_SIZE,
     ExportSummary,
@@ -41,11 +44,16 @@ INFO_METADATA: Final = "ulog_info"
 
 
 class _McapSink:
-    """Serializes messages to CDR and adds them to an MCAP writer."""
+    """Serializes messages to CDR and adds them to an MCAP writer in log-time order.
 
-    def __init__(self, writer: Writer, store: Typestore) -> None:
+    Rows arrive batched per topic; sorted through a :class:`TimeOrder`, every chunk covers a
+    short span of time and readers never see log times go backwards (:meth:`finish`).
+    """
+
+    def __init__(self, writer: Writer, store: Typestore, order: TimeOrder) -> None:
         self._writer = writer
         self._store = store
+        self._order = order
         self._schemas: dict[str, int] = {}
         self._channels: list[tuple[int, str]] = []
         self._sequence = 0
@@ -65,11 +73,18 @@ class _McapSink:
         return len(self._channels) - 1
 
     def write(self, connection: int, times_ns: Sequence[int], messages: Sequence[object]) -> None:
-        channel, typename = self._channels[connection]
+        typename = self._channels[connection][1]
         serialize = self._store.serialize_cdr
-        add = self._writer.add_message
+        add = self._order.add
         for time_ns, message in zip(times_ns, messages, strict=True):
-            add(channel, time_ns, bytes(serialize(message, typename)), time_ns, self._sequence)
+            add(time_ns, connection, bytes(serialize(message, typename)))
+
+    def finish(self) -> None:
+        """Write every message in log-time order, numbered in that order."""
+        channels = self._channels
+        add = self._writer.add_message
+        for time_ns, connection, data in self._order.drain():
+            add(channels[connection][0], time_ns, data, time_ns, self._sequence)
             self._sequence += 1
 
     def add_info(self, key: str, value: str) -> None:
@@ -83,8 +98,9 @@ def export_mcap(
     progress: Progress | None = None,
     epoch_offset_us: int | None = None,
     chunk_size: int = CHUNK_SIZE,
+    sort_budget: int = DEFAULT_BUDGET,
 ) -> ExportSummary:
-    """Convert the ULog file ``src`` into the new MCAP file ``dst``, streaming.
+    """Convert the ULog file ``src`` into the new MCAP file ``dst``, in log-time order.
 
     Args:
         src: The ULog file.
@@ -93,6 +109,8 @@ def export_mcap(
         epoch_offset_us: Wall-clock minus boot time in microseconds; when None it is taken
             from the log's first GPS UTC fix (a first, early-stopping pass over ``src``).
         chunk_size: Bytes of ``src`` parsed at a time.
+        sort_budget: Bytes of messages sorted in memory; beyond it they are sorted through
+            temporary files (see :class:`~ulogstream.export.ordering.TimeOrder`).
 
     Returns:
         What was written.
@@ -114,17 +132,19 @@ def export_mcap(
         with stream:
             writer = Writer(stream, chunk_size=MCAP_CHUNK_SIZE, compression=CompressionType.ZSTD)
             writer.start(profile=PROFILE, library="ulogstream")
-            sink = _McapSink(writer, store)
-            summary = export_ros(
-                src,
-                dst,
-                sink,
-                store,
-                RosVersion.ROS2,
-                clock=clock,
-                progress=progress,
-                chunk_size=chunk_size,
-            )
+            with TimeOrder(budget=sort_budget) as order:
+                sink = _McapSink(writer, store, order)
+                summary = export_ros(
+                    src,
+                    dst,
+                    sink,
+                    store,
+                    RosVersion.ROS2,
+                    clock=clock,
+                    progress=progress,
+                    chunk_size=chunk_size,
+                )
+                sink.finish()
             if sink.info:
                 writer.add_metadata(INFO_METADATA, sink.info)
             writer.finish()  # type: ignore[no-untyped-call]

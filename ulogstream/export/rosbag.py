@@ -3,7 +3,9 @@
 One connection per topic instance (see :func:`~ulogstream.export.rostypes.ros_topic`) with the
 generated ``px4_ulog/{CamelCase}`` type, its full definition and md5sum; logged strings as
 ``rosgraph_msgs/Log`` on ``/rosout``; parameters as ``px4_ulog/Parameter`` on ``/parameters``.
-Record times are wall-clock times (:func:`~ulogstream.export.rostypes.wall_clock`).
+Record times are wall-clock times (:func:`~ulogstream.export.rostypes.wall_clock`), and
+messages are written in time order, so that no chunk starts before an earlier one (Foxglove's
+reader drops messages before the first chunk's start).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 from rosbags.rosbag1 import Writer, WriterError
 
 from ulogstream.errors import UlogstreamError
+from ulogstream.export.ordering import DEFAULT_BUDGET, TimeOrder
 from ulogstream.export.rostypes import (
     CHUNK_SIZE,
     ExportSummary,
@@ -62,11 +65,18 @@ class _BoundedWriter(Writer):
 
 
 class _BagSink:
-    """Serializes messages to ROS 1 and writes them to a rosbags writer."""
+    """Serializes messages to ROS 1 and writes them to a rosbags writer in time order.
 
-    def __init__(self, writer: Writer, store: Typestore) -> None:
+    Chunks must not start earlier than the chunks before them: Foxglove's reader takes the
+    first chunk's start time as the bag's start and drops every message before it. Messages
+    are sorted through a :class:`~ulogstream.export.ordering.TimeOrder` and written by
+    :meth:`finish`.
+    """
+
+    def __init__(self, writer: Writer, store: Typestore, order: TimeOrder) -> None:
         self._writer = writer
         self._store = store
+        self._order = order
         self._connections: list[Connection] = []
 
     def add_connection(self, topic: str, typename: str) -> int:
@@ -76,12 +86,18 @@ class _BagSink:
         return len(self._connections) - 1
 
     def write(self, connection: int, times_ns: Sequence[int], messages: Sequence[object]) -> None:
-        conn = self._connections[connection]
         serialize = self._store.serialize_ros1
-        write = self._writer.write
-        typename = conn.msgtype
+        add = self._order.add
+        typename = self._connections[connection].msgtype
         for time_ns, message in zip(times_ns, messages, strict=True):
-            write(conn, time_ns, serialize(message, typename))
+            add(time_ns, connection, bytes(serialize(message, typename)))
+
+    def finish(self) -> None:
+        """Write every message, in time order."""
+        connections = self._connections
+        write = self._writer.write
+        for time_ns, connection, data in self._order.drain():
+            write(connections[connection], time_ns, data)
 
     def add_info(self, key: str, value: str) -> None:
         """Bags have no place for file metadata: info values are not exported."""
@@ -94,8 +110,9 @@ def export_rosbag(
     progress: Progress | None = None,
     epoch_offset_us: int | None = None,
     chunk_size: int = CHUNK_SIZE,
+    sort_budget: int = DEFAULT_BUDGET,
 ) -> ExportSummary:
-    """Convert the ULog file ``src`` into the new ROS 1 bag ``dst``, streaming.
+    """Convert the ULog file ``src`` into the new ROS 1 bag ``dst``, in time order.
 
     Args:
         src: The ULog file.
@@ -104,6 +121,8 @@ def export_rosbag(
         epoch_offset_us: Wall-clock minus boot time in microseconds; when None it is taken
             from the log's first GPS UTC fix (a first, early-stopping pass over ``src``).
         chunk_size: Bytes of ``src`` parsed at a time.
+        sort_budget: Bytes of messages sorted in memory; beyond it they are sorted through
+            temporary files (see :class:`~ulogstream.export.ordering.TimeOrder`).
 
     Returns:
         What was written.
@@ -121,16 +140,19 @@ def export_rosbag(
         msg = f"cannot create bag {dst}: {err}"
         raise UlogstreamError(msg) from err
     try:
-        summary = export_ros(
-            src,
-            dst,
-            _BagSink(writer, store),
-            store,
-            RosVersion.ROS1,
-            clock=clock,
-            progress=progress,
-            chunk_size=chunk_size,
-        )
+        with TimeOrder(budget=sort_budget) as order:
+            sink = _BagSink(writer, store, order)
+            summary = export_ros(
+                src,
+                dst,
+                sink,
+                store,
+                RosVersion.ROS1,
+                clock=clock,
+                progress=progress,
+                chunk_size=chunk_size,
+            )
+            sink.finish()
         writer.close()
     except BaseException:
         writer.abort()

@@ -121,26 +121,54 @@ def is_padding(field: FieldDefinition) -> bool:
     return field.name.startswith(PADDING_PREFIX)
 
 
-def _ros_field(field: FieldDefinition, format_name: str) -> str:
+def _ros_field(field: FieldDefinition, name: str, format_name: str) -> str:
     if not _ROS_NAME.match(field.name):
         msg = f"field {field.name!r} of ULog format {format_name!r} is not a valid ROS field name"
         raise UlogstreamError(msg)
     if field.type_name == "char" and field.array_length is not None:
-        return f"string {field.name}"
+        return f"string {name}"
     base = ROS_BASE_TYPES.get(field.type_name)
     if base is None:
         base = ros_type_name(field.type_name).replace("/msg/", "/")
     suffix = "" if field.array_length is None else f"[{field.array_length}]"
-    return f"{base}{suffix} {field.name}"
+    return f"{base}{suffix} {name}"
 
 
-def ros_definition(fmt: FormatDefined) -> str:
+def ros2_field_name(name: str) -> str:
+    """A ULog field name as ROS 2 allows it: lower case, single underscores, none at the end.
+
+    ROS 2 (and Foxglove's ROS 2 schema parser, which refuses the channel otherwise) wants
+    ``[a-z](_?[a-z0-9]+)*``; PX4 has fields such as ``voltage5V_v``, which becomes
+    ``voltage5v_v``. Messages are built by field position, so only the schema's names change.
+    """
+    ros2 = re.sub("_+", "_", name.lower()).strip("_")
+    return ros2 if ros2[:1].isalpha() else f"f_{ros2}".rstrip("_")
+
+
+def ros_definition(fmt: FormatDefined, version: RosVersion = RosVersion.ROS1) -> str:
     """The ``.msg`` text of one ULog format (nested formats referenced as ``px4_ulog/Name``).
+
+    Field names are the ULog ones; for ROS 2 made valid by :func:`ros2_field_name` (a name
+    that two fields would share gets ``_2``, ``_3``... on the later ones).
 
     Raises:
         UlogstreamError: A field name or nested format name is not valid in ROS.
     """
-    return "".join(f"{_ros_field(f, fmt.name)}\n" for f in fmt.fields if not is_padding(f))
+    lines: list[str] = []
+    taken: set[str] = set()
+    for field in fmt.fields:
+        if is_padding(field):
+            continue
+        name = field.name
+        if version is RosVersion.ROS2:
+            base = name = ros2_field_name(field.name)
+            count = 1
+            while name in taken:
+                count += 1
+                name = f"{base}_{count}"
+            taken.add(name)
+        lines.append(f"{_ros_field(field, name, fmt.name)}\n")
+    return "".join(lines)
 
 
 def nested_closure(name: str, formats: Mapping[str, FormatDefined]) -> list[str]:
@@ -181,7 +209,12 @@ def new_typestore(version: RosVersion) -> Typestore:
     return store
 
 
-def register_format(store: Typestore, name: str, formats: Mapping[str, FormatDefined]) -> str:
+def register_format(
+    store: Typestore,
+    name: str,
+    formats: Mapping[str, FormatDefined],
+    version: RosVersion = RosVersion.ROS1,
+) -> str:
     """Register the ROS type of format ``name`` and of the formats it nests; return its type name.
 
     Raises:
@@ -196,7 +229,9 @@ def register_format(store: Typestore, name: str, formats: Mapping[str, FormatDef
     typesdict = {}
     for dependency in nested_closure(name, formats):
         typesdict.update(
-            get_types_from_msg(ros_definition(formats[dependency]), ros_type_name(dependency))
+            get_types_from_msg(
+                ros_definition(formats[dependency], version), ros_type_name(dependency)
+            )
         )
     try:
         store.register(typesdict)
@@ -300,6 +335,7 @@ class RowConverter:
         format_name: The ULog format of the rows.
         formats: Every format of the log, for the nested ones.
         itemsize: Row size of the parser's dtype for this format, checked against the format.
+        version: The ROS version of ``store`` (field names differ, see :func:`ros_definition`).
 
     Raises:
         UlogstreamError: The rows' size does not match the format's packed size.
@@ -312,8 +348,9 @@ class RowConverter:
         formats: Mapping[str, FormatDefined],
         *,
         itemsize: int,
+        version: RosVersion = RosVersion.ROS1,
     ) -> None:
-        self.typename = register_format(store, format_name, formats)
+        self.typename = register_format(store, format_name, formats, version)
         """The ROS type name (``px4_ulog/msg/...``)."""
         self.dtype = nested_dtype(format_name, formats)
         """The nested view of a row (see :func:`~ulogstream.ulog.dtypes.nested_dtype`)."""
@@ -590,7 +627,11 @@ class _RosExport:
             return self.instances[key]
         try:
             converter = RowConverter(
-                self.store, subscription.name, self.formats, itemsize=subscription.dtype.itemsize
+                self.store,
+                subscription.name,
+                self.formats,
+                itemsize=subscription.dtype.itemsize,
+                version=self.version,
             )
         except UlogstreamError as err:
             self.problem(

@@ -137,8 +137,14 @@ class _Shell:
                         "sim: log %d streaming to %d/%d", log_index, target_system, target_component
                     )
                 case LogStreamEnded(log_index, reason):
-                    logger.info("sim: log %d ended (%s)", log_index, reason)
-                    if reason == "stopped":
+                    if reason == "flight-ended":
+                        logger.info(
+                            "sim: log %d sent to its end (the flight is over: STOP on disarm)",
+                            log_index,
+                        )
+                    else:
+                        logger.info("sim: log %d ended (%s)", log_index, reason)
+                    if reason in {"stopped", "flight-ended"}:
                         self.logs_stopped += 1
 
     def _record(self, record: DeliveredPacket) -> None:
@@ -163,8 +169,9 @@ async def run_vehicle(
 ) -> SimSummary:
     """Serve a simulated PX4 that streams ``log`` on ``connection`` until told to stop.
 
-    The run ends after the first completed STOP handshake (or, with ``repeat``, only when
-    ``stop_event`` is set or the link closes), so a receiver can record the log again and again.
+    The run ends after the first completed STOP handshake, or the end of the flight with
+    ``config.stop_at_end`` (or, with ``repeat``, only when ``stop_event`` is set or the link
+    closes), so a receiver can record the log again and again.
 
     Args:
         log: The ULog file (path or bytes).
@@ -306,6 +313,8 @@ class SimOptions:
         packet0_before_ack: Let packet 0 overtake the COMMAND_ACK.
         stray_acks: Also send misleading COMMAND_ACKs addressed to another system.
         synthesize_perf: Send a post-flight perf 'M' message on STOP when the log has none.
+        stop_at_end: End each log at the end of the flight as a GCS's STOP on disarm does
+            (every byte sent); False holds the end until the receiver's STOP.
     """
 
     log: Path
@@ -320,6 +329,7 @@ class SimOptions:
     packet0_before_ack: bool = False
     stray_acks: bool = False
     synthesize_perf: bool = False
+    stop_at_end: bool = True
 
     def vehicle_config(self) -> VehicleConfig:
         """The :class:`VehicleConfig` these options describe."""
@@ -331,6 +341,7 @@ class SimOptions:
             packet0_before_ack=self.packet0_before_ack,
             stray_acks=self.stray_acks,
             synthesize_perf=self.synthesize_perf,
+            stop_at_end=self.stop_at_end,
         )
 
 
@@ -440,6 +451,12 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     link.add_argument(
         "--perf-tail", action="store_true", help="add post-flight perf data on STOP if none"
     )
+    link.add_argument(
+        "--hold-end",
+        action="store_true",
+        help="at the end of the flight, hold the last packet until the receiver's STOP"
+        " (default: end the log as a GCS's STOP on disarm does, sending every byte)",
+    )
     link.add_argument("--report", type=Path, help="write delivered frames as JSON lines here")
     faults = parser.add_argument_group("faults (seeded; probabilities per LOGGING_DATA frame)")
     for name, text in (
@@ -501,4 +518,5 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
         packet0_before_ack=bool(args.packet0_first),
         stray_acks=bool(args.stray_acks),
         synthesize_perf=bool(args.perf_tail),
+        stop_at_end=not bool(args.hold_end),
     )

@@ -9,6 +9,12 @@ budget, acks, resends) and ``logger.cpp`` (commands), as described in protocol.m
   LOGGING_DATA_ACKED and the logger blocks until the ack (stop-and-wait). Leaving reliable mode
   flushes the partial packet (acked); entering it does not, so an acked packet can begin with
   best-effort bytes. Everything else leaves in full, unacked LOGGING_DATA packets.
+- The end of the flight (``stop_at_end``): a GCS with "stop logging on disarm" (QGroundControl's
+  option) sends LOGGING_STOP when the vehicle disarms. PX4 answers it IN_PROGRESS, writes the
+  post-flight perf data, flushes its last partial packet (acked), answers ACCEPTED (to the GCS,
+  on every link) and its stream is over. The receiver thus gets every byte of the log and sees
+  the stream end by another client's STOP. Without it the vehicle holds its last partial packet
+  and the post-flight tail until a STOP comes, as a PX4 still powered on the bench does.
 - Packets queue in a 16-deep uORB queue (a full queue loses its oldest packet: a sequence gap),
   drained by the MAVLink side at most 70 % of the link rate per 100 ms window, and not at all
   while an acked packet waits for its ack (resent every 50 ms; after 50 tries the stream is torn
@@ -86,6 +92,12 @@ HOLD_TIMEOUT: Final = 0.05
 
 MAV_TYPE_QUADROTOR: Final = 2
 MAV_AUTOPILOT_PX4: Final = 12
+
+GCS_SYSTEM_ID: Final = 255
+"""System id of the GCS whose STOP on disarm ends the flight's log (QGroundControl's default)."""
+
+GCS_COMPONENT_ID: Final = 190
+"""Component id of that GCS (MAV_COMP_ID_MISSIONPLANNER, QGroundControl's)."""
 
 _RELIABLE_DATA_TYPES: Final = frozenset({MessageType.ADD_LOGGED_MSG, MessageType.INFO_MULTIPLE})
 _FILE_HEADER_TYPE: Final = 0
@@ -276,12 +288,14 @@ class LogStreamStarted:
     target_component: int
 
 
-StreamEndReason = Literal["stopped", "ack-timeout", "reboot"]
+StreamEndReason = Literal["stopped", "flight-ended", "ack-timeout", "reboot"]
 
 
 @dataclass(frozen=True, slots=True)
 class LogStreamEnded:
-    """Log ``log_index`` stopped streaming: on STOP, after 50 unacked tries, or by a reboot.
+    """Log ``log_index`` stopped streaming: on STOP, at the flight's end, on timeout or reboot.
+
+    The flight's end is a GCS's STOP on disarm (``stop_at_end``); the timeout 50 unacked tries.
 
     The vehicle's side; the receiver's session ending is
     :class:`ulogstream.stream.session.StreamEnded`.
@@ -413,6 +427,9 @@ class VehicleConfig:
             STOP (about 0.19 s in SITL).
         heartbeat_interval: Seconds between HEARTBEATs.
         synthesize_perf: Append a post-flight perf 'M' message for STOP when the log has none.
+        stop_at_end: At the end of the flight, end the log as a GCS's STOP on disarm does: the
+            post-flight tail and the last partial packet go out, then COMMAND_ACK ACCEPTED to
+            the GCS (:data:`GCS_SYSTEM_ID`). False: hold them until a STOP comes.
         max_batch: Outputs per call before the vehicle yields (it asks to be called back at once).
     """
 
@@ -426,6 +443,7 @@ class VehicleConfig:
     stop_accept_delay: float = 0.19
     heartbeat_interval: float = 1.0
     synthesize_perf: bool = False
+    stop_at_end: bool = False
     max_batch: int = 512
 
     def __post_init__(self) -> None:
@@ -476,6 +494,7 @@ class _Stream:
     stop_accept_at: float = 0.0
     flushed: bool = False
     logger_blocked: bool = False
+    flight_ended: bool = False
 
 
 class SimVehicle:
@@ -749,9 +768,33 @@ class SimVehicle:
             if stream is None:
                 return
             self._stream_data(now, out)
+            if self._flight_over(stream):
+                # The GCS's STOP on disarm: handled as any STOP, once the logger is free.
+                stream.flight_ended = True
+                self._commands.append(
+                    CommandLong(
+                        MAV_CMD_LOGGING_STOP,
+                        0.0,
+                        GCS_SYSTEM_ID,
+                        GCS_COMPONENT_ID,
+                        self.config.system_id,
+                        self.config.component_id,
+                    )
+                )
+                continue
             if self._behind or not self._stop_finished(stream, now):
                 return
-            self._end_stream("stopped", out)
+            self._end_stream("flight-ended" if stream.flight_ended else "stopped", out)
+
+    def _flight_over(self, stream: _Stream) -> bool:
+        """With ``stop_at_end``: the flight is written up to its post-flight tail, no STOP yet."""
+        return (
+            self.config.stop_at_end
+            and not stream.flight_ended
+            and not stream.stopping
+            and stream.message_offset == 0
+            and stream.message_index >= self.log.tail_start
+        )
 
     def _budget(self) -> int:
         return self._per_window if self._per_window is not None else 1 << 62

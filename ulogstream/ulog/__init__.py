@@ -1,4 +1,7 @@
-"""Sans-IO ULog format: parse bytes into events, decode data with numpy, read whole files."""
+"""Sans-IO ULog format: parse bytes into events, decode data with numpy, fold whole logs.
+
+Files are opened by the shell: :mod:`ulogstream.adapters.ulog_file` (``read``, ``iter_events``).
+"""
 
 from ulogstream.ulog.dtypes import (
     CompiledFormat,
@@ -33,7 +36,7 @@ from ulogstream.ulog.events import (
     Unsubscription,
 )
 from ulogstream.ulog.parser import ULogParser
-from ulogstream.ulog.reader import TopicData, ULogData, iter_events, read
+from ulogstream.ulog.reader import TopicData, ULogData, ULogReader
 
 __all__ = [
     "CompiledFormat",
@@ -59,14 +62,13 @@ __all__ = [
     "ULogData",
     "ULogEvent",
     "ULogParser",
+    "ULogReader",
     "Unsubscription",
     "compile_format",
     "decode_row",
     "field_names",
-    "iter_events",
     "nested_dtype",
     "parse_format",
-    "read",
     "row_dict",
     "string_fields",
 ]

@@ -1,19 +1,25 @@
-"""Whole-file ULog reading on top of the incremental parser: :func:`read` and :func:`iter_events`.
+"""Whole-log ULog reading, sans-IO: :class:`ULogReader` folds a log into one :class:`ULogData`.
 
-This module opens files (the parser itself never does I/O); ``read`` gathers every event into
-one :class:`ULogData` with each topic instance's rows in a single structured array.
+Opening files is the shell's part (:func:`ulogstream.adapters.ulog_file.read`); the reader
+takes the log's bytes in large blocks and returns each topic instance's rows in one structured
+array.
 """
 
 from __future__ import annotations
 
+import array
+import bisect
+import dataclasses
+import mmap
+import struct
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from ulogstream.errors import ULogFormatError, UlogstreamError
+from ulogstream.errors import ULogFormatError
+from ulogstream.ulog.dtypes import compile_format
 from ulogstream.ulog.events import (
     Corruption,
     DataRows,
@@ -33,20 +39,48 @@ from ulogstream.ulog.events import (
     ULogEvent,
 )
 from ulogstream.ulog.parser import ULogParser
-from ulogstream.ulog.spec import TIMESTAMP_FIELD
+from ulogstream.ulog.spec import (
+    HEADER_SIZE,
+    INCOMPAT_DATA_APPENDED,
+    TIMESTAMP_FIELD,
+    MessageType,
+)
 
 if TYPE_CHECKING:
-    import os
-    from collections.abc import Iterator
+    from collections.abc import Callable
 
-DEFAULT_CHUNK_SIZE = 1 << 20
-"""Bytes read from the file per parser call by :func:`iter_events`."""
+BLOCK_SIZE: Final = 1 << 17
+"""Bytes per :meth:`ULogReader.feed` call that :func:`~ulogstream.adapters.ulog_file.read`
+uses: large enough that the per-topic work of a block is small next to its rows (4x the
+block costs 20% less time), small enough that the block and its row offsets keep the peak
+memory level with pyulog's (``tests/bench/bench_ulog.py``)."""
 
-READ_CHUNK_SIZE = 1 << 15
-"""Bytes per parser call in :func:`read`: small enough that the transient copies of a chunk do
-not raise the peak memory above the data itself (pyulog's peak, measured on a 40 MB log).
-Every transient stays under glibc's 128 KiB mmap threshold this way; 64 KiB chunks were ~10%
-faster but peaked ~0.5-1 MiB higher, above pyulog."""
+_SMALL_ROOM: Final = 1 << 15
+"""Rows of a topic instance kept in a heap array up to this many bytes, then in a memory map
+(whose last page is only partly used)."""
+_NO_BYTES: Final[npt.NDArray[np.uint8]] = np.zeros(0, np.uint8)
+_GATHER_BYTES: Final = 1 << 16
+"""Rows copied out per numpy call: the transient copy stays small (below glibc's mmap
+threshold, so it is reused rather than raising the peak)."""
+_PARSER_STEP: Final = 4096
+"""Bytes handed to the parser at a time while it resynchronises."""
+_D: Final = int(MessageType.DATA)
+_B: Final = int(MessageType.FLAG_BITS)
+_A: Final = int(MessageType.ADD_LOGGED_MSG)
+_R: Final = int(MessageType.REMOVE_LOGGED_MSG)
+_KNOWN_TYPES: Final = frozenset(int(t) for t in MessageType)
+_STATE_TYPES: Final = frozenset({_A, _R, _B})
+"""Messages after which the reader catches up with the parser (subscriptions, flag bits)."""
+_ID_AT: Final = {_A: 4, _R: 3}
+"""Where the msg_id of an 'A' or 'R' message is, from the message start."""
+_ID_END: Final = {_A: 3, _R: 2}
+"""Smallest payload holding that msg_id."""
+_STAMPED: Final = frozenset({Parameter, Info, InfoMultiple, Dropout})
+_NO_OFFSETS: Final[npt.NDArray[np.intp]] = np.zeros(0, np.intp)
+_NO_STAMPS: Final[npt.NDArray[np.uint64]] = np.zeros(0, np.uint64)
+_unpack_data_header: Callable[[memoryview, int], tuple[int, int, int]] = struct.Struct(
+    "<HBH"
+).unpack_from
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +107,7 @@ class TopicData:
 
 @dataclass(frozen=True)
 class ULogData:
-    """Everything in a ULog file, as :func:`read` returns it.
+    """Everything in a ULog file, as :meth:`ULogReader.result` returns it.
 
     Attributes:
         header: The file header.
@@ -113,69 +147,373 @@ class ULogData:
     last_timestamp_us: int
 
 
-def iter_events(
-    path: str | os.PathLike[str], *, chunk_size: int = DEFAULT_CHUNK_SIZE
-) -> Iterator[ULogEvent]:
-    """Stream the events of a ULog file, reading ``chunk_size`` bytes at a time.
+class ULogReader:
+    """Reads a whole log, fed in large blocks, into one :class:`ULogData` (sans-IO).
 
-    Raises:
-        UlogstreamError: The file cannot be opened or read.
-        ULogFormatError: The file is not a ULog file (the message names the file).
+    Feed the log's bytes in order with :meth:`feed`; it returns how many bytes of the block it
+    used, and the rest must open the next block. The reader frames messages in a tight loop
+    and only notes where each well-formed 'D' message of a subscription with a 64-bit (or no)
+    timestamp starts; at the end of each block it copies those rows out per topic instance
+    with one numpy gather. Every other message (definitions, strings, parameters, anything
+    damaged) goes to a :class:`ULogParser` that sees the log without those 'D' messages, so
+    the parser stays the one owner of every decoding and recovery rule: the reader hands it
+    all bytes whenever it holds some back (a partial or damaged message, a resynchronisation)
+    and frames by itself again only where the parser stands at a message boundary. Values
+    stamped with the last data timestamp (changed parameters, info, dropouts) get the rows
+    the parser did not see added back in, and offsets in its reports are mapped back to file
+    offsets. A log with appended data ('B' incompat flag) goes through the parser whole.
+
+    Memory: the rows themselves, plus the row offsets of one block.
+
+    Args:
+        gather: False hands every byte to the parser (the reference that tests compare with).
     """
-    parser = ULogParser()
-    for events in _event_lists(parser, Path(path), chunk_size):
-        yield from events
 
+    def __init__(self, *, gather: bool = True) -> None:
+        self._parser = ULogParser(ordered=False)
+        self._collector = _Collector()
+        self._sizes: list[int] = []
+        """``2 + wire size`` of each msg_id whose rows this reader gathers itself, else -1
+        (up to the largest msg_id subscribed)."""
+        self._offsets: list[list[int] | None] = []
+        """Block offsets of the gathered 'D' messages of each msg_id, not yet copied out."""
+        self._lanes: dict[int, _Lane] = {}
+        self._synced: dict[int, Subscription] = {}
+        """The parser's subscription of each msg_id when the reader last looked."""
+        self._base = 0
+        """File offset of the block being fed."""
+        self._fed_to_parser = 0
+        self._parser_end = 0
+        """File offset just after the last byte handed to the parser."""
+        self._segment_starts = array.array("q", [0])
+        self._segment_files = array.array("q", [0])
+        """Where each stretch of the parser's stream lies in the file (parallel lists)."""
+        self._started = False
+        self._whole = not gather
+        """Everything goes to the parser (a log with appended data)."""
+        self._deferred: list[Parameter | Info | InfoMultiple | Dropout] = []
+        """Events stamped with the last data timestamp, held until their block's rows are in."""
+        self._cutoffs = _NO_OFFSETS
+        """File offset of the bytes each deferred event came from (ascending)."""
+        self._bases = _NO_STAMPS
+        """The largest timestamp logged before each deferred event, known so far."""
+        self._gathered_max = 0
+        """The largest timestamp of the rows gathered (copied out) so far."""
+        self._finished = False
 
-def read(path: str | os.PathLike[str]) -> ULogData:
-    """Read a whole ULog file.
+    @property
+    def offset(self) -> int:
+        """File offset of the next block."""
+        return self._base
 
-    Raises:
-        UlogstreamError: The file cannot be opened or read.
-        ULogFormatError: The file is not a ULog file (the message names the file).
-    """
-    # rows are gathered per topic, so their order among other events does not matter
-    parser = ULogParser(ordered=False)
-    collector = _Collector()
-    add = collector.add
-    for events in _event_lists(parser, Path(path), READ_CHUNK_SIZE):
+    def feed(self, block: bytes | bytearray | memoryview, *, final: bool = False) -> int:
+        """Read ``block``, the log's bytes from :attr:`offset`; return how many were used.
+
+        The unused rest (a partial message) must start the next block. With ``final`` the
+        block ends the log: all of it is used.
+
+        Raises:
+            ULogFormatError: The log cannot be parsed (no ULog header, unknown incompat flags).
+            RuntimeError: Fed after the final block.
+        """
+        if self._finished:
+            msg = "feed() after the final block"
+            raise RuntimeError(msg)
+        view = memoryview(block)
+        try:
+            used = self._feed(view, final=final)
+        except ULogFormatError as err:
+            reason = str(err).removesuffix(f" (at byte {err.offset})")
+            raise ULogFormatError(reason, offset=self._file_offset(err.offset)) from None
+        finally:
+            view.release()
+        self._base += used
+        self._finished = final
+        return used
+
+    def result(self) -> ULogData:
+        """The log read so far (call after the final block)."""
+        last = max(self._parser.last_timestamp_us, self._gathered_max)
+        return self._collector.result(last)
+
+    def _feed(self, block: memoryview, *, final: bool) -> int:
+        end = len(block)
+        pos = 0
+        pending = -1
+        """Start of the messages walked but not yet handed to the parser (-1: none)."""
+        if not self._started:
+            if end < HEADER_SIZE and not final:
+                return 0
+            self._started = True
+            pending, pos = 0, min(HEADER_SIZE, end)
+        if self._whole:
+            self._to_parser(block, 0, end)
+            return self._end_block(block, end, final=final)
+        if self._parser.buffered:
+            pos = self._through_parser(block, pos)
+        sizes = self._sizes
+        offsets = self._offsets
+        unpack = _unpack_data_header
+        data_type = _D
+        limit = end - 5
+        while True:
+            try:
+                while pos <= limit:
+                    size, msg_type, msg_id = unpack(block, pos)
+                    nxt = pos + 3 + size
+                    if nxt > end:
+                        break
+                    if msg_type == data_type and sizes[msg_id] == size:
+                        if pending >= 0:
+                            self._to_parser(block, pending, pos)
+                            pending = -1
+                            if self._parser.buffered:
+                                pos = self._through_parser(block, pos)
+                                continue
+                            # the parser's events may have changed the subscription
+                            if sizes[msg_id] != size:
+                                continue
+                        offsets[msg_id].append(pos)  # type: ignore[union-attr]
+                        pos = nxt
+                        continue
+                    if pending < 0:
+                        pending = pos
+                    pos = nxt
+                    if msg_type == data_type or msg_type not in _KNOWN_TYPES or not size:
+                        # damaged, or data the parser decides on: it takes over until it
+                        # stands at a message boundary again (this walk would follow a
+                        # damaged size off course)
+                        self._to_parser(block, pending, pos)
+                        pending = -1
+                        if self._parser.buffered:
+                            pos = self._through_parser(block, pos)
+                    elif msg_type in _STATE_TYPES:  # the parser's state changes: catch up with it
+                        self._to_parser(block, pending, pos)
+                        pending = -1
+                        if self._parser.buffered:
+                            pos = self._through_parser(block, pos)
+                        elif msg_type == _B:
+                            self._whole = self._appended_data()
+                            if self._whole:
+                                self._to_parser(block, pos, end)
+                                return self._end_block(block, end, final=final)
+                        elif size >= _ID_END[msg_type]:  # the msg_id is in the message
+                            at = nxt - 3 - size + _ID_AT[msg_type]
+                            self._sync(block, block[at] | block[at + 1] << 8)
+                break
+            except IndexError:  # a 'D' message for a msg_id above every subscription
+                if pending < 0:
+                    pending = pos
+                nxt = pos + 3 + (block[pos] | block[pos + 1] << 8)
+                self._to_parser(block, pending, nxt)
+                pending = -1
+                pos = self._through_parser(block, nxt)
+        if final:
+            self._to_parser(block, pos if pending < 0 else pending, end)
+            return self._end_block(block, end, final=True)
+        if pending >= 0:
+            self._to_parser(block, pending, pos)
+            if self._parser.buffered:
+                pos = self._through_parser(block, pos)
+        return self._end_block(block, pos, final=False)
+
+    def _appended_data(self) -> bool:
+        flag_bits = self._collector.flag_bits
+        return flag_bits is not None and bool(flag_bits.incompat_flags[0] & INCOMPAT_DATA_APPENDED)
+
+    def _through_parser(self, block: memoryview, pos: int) -> int:
+        """Hand the parser bytes from ``pos`` until it holds none back; return where it stands.
+
+        Each step completes the message the parser holds (when its header is in this block),
+        so that it can end at a message boundary.
+        """
+        parser = self._parser
+        end = len(block)
+        while parser.buffered and pos < end:
+            start = pos - parser.buffered
+            target = pos + _PARSER_STEP
+            if start >= 0 and start + 2 <= end:
+                complete = start + 3 + (block[start] | block[start + 1] << 8)
+                if complete > pos:
+                    target = complete
+            target = min(target, end)
+            self._to_parser(block, pos, target)
+            pos = target
+        if not parser.buffered:
+            subscriptions = parser.subscriptions
+            changed = [m for m, s in self._synced.items() if subscriptions.get(m) is not s]
+            changed += [m for m, s in subscriptions.items() if self._synced.get(m) is not s]
+            for msg_id in changed:
+                self._sync(block, msg_id)
+        return pos
+
+    def _to_parser(self, block: memoryview, start: int, stop: int) -> None:
+        """Hand ``block[start:stop]`` to the parser and take in its events."""
+        if stop <= start:
+            return
+        file_start = self._base + start
+        if file_start != self._parser_end:
+            self._segment_starts.append(self._fed_to_parser)
+            self._segment_files.append(file_start)
+        events = self._parser.receive_bytes(block[start:stop])
+        self._fed_to_parser += stop - start
+        self._parser_end = self._base + stop
+        self._take(events, block, file_start)
+
+    def _take(self, events: list[ULogEvent], block: memoryview, cutoff: int) -> None:
+        """Collect the parser's events; ``cutoff``: file offset of the bytes they came from."""
+        collector = self._collector
         for event in events:
-            add(event)
-    return collector.result(parser.last_timestamp_us)
+            kind = type(event)
+            if kind is DataRows:
+                builder = collector.by_msg_id.get(event.subscription.msg_id)  # type: ignore[union-attr]
+                if builder is not None:
+                    for lane in builder.lanes:  # rows gathered before these come first
+                        self._gather(lane, block)
+                collector.add(event)
+            elif kind in _STAMPED and event.timestamp_us is not None:  # type: ignore[union-attr]
+                # the rows gathered so far all precede ``cutoff``; the rest are seen in _gather
+                self._deferred.append(event)  # type: ignore[arg-type]
+                self._cutoffs = np.append(self._cutoffs, cutoff)
+                self._bases = np.append(self._bases, np.uint64(self._gathered_max))
+            elif isinstance(event, ParserWarning):  # its text may name the offset too
+                mapped = self._file_offset(event.offset)
+                text = event.text.replace(f"(at byte {event.offset})", f"(at byte {mapped})")
+                collector.add(ParserWarning(mapped, text))
+            elif isinstance(event, Corruption | Truncated):
+                mapped = self._file_offset(event.offset)
+                collector.add(dataclasses.replace(event, offset=mapped))
+            else:
+                collector.add(event)
+
+    def _file_offset(self, offset: int) -> int:
+        """The file offset of an offset in the parser's stream."""
+        i = bisect.bisect_right(self._segment_starts, offset) - 1
+        return self._segment_files[i] + offset - self._segment_starts[i]
+
+    def _sync(self, block: memoryview, msg_id: int) -> None:
+        """Follow the parser's subscription of ``msg_id``: gather its rows here or not."""
+        lane = self._lanes.pop(msg_id, None)
+        if lane is not None:
+            self._gather(lane, block)
+            lane.builder.lanes.remove(lane)
+        if msg_id >= len(self._sizes):
+            self._sizes.extend([-1] * (msg_id + 1 - len(self._sizes)))
+            self._offsets.extend([None] * (msg_id + 1 - len(self._offsets)))
+        self._sizes[msg_id] = -1
+        self._offsets[msg_id] = None
+        subscription = self._parser.subscriptions.get(msg_id)
+        builder = self._collector.by_msg_id.get(msg_id)
+        if subscription is None:
+            self._synced.pop(msg_id, None)
+            return
+        self._synced[msg_id] = subscription
+        if builder is None:
+            return
+        try:
+            compiled = compile_format(subscription.name, self._parser.formats)
+        except ULogFormatError:
+            return
+        stamp = compiled.timestamp
+        if compiled.dtype != subscription.dtype or (stamp is not None and stamp.modulus):
+            return  # left to the parser (wrapping timestamps need its running state)
+        lane = _Lane(msg_id, builder, [], None if stamp is None else stamp.offset)
+        self._lanes[msg_id] = lane
+        builder.lanes.append(lane)
+        self._sizes[msg_id] = compiled.size - compiled.trailing_padding + 2
+        self._offsets[msg_id] = lane.offsets
+
+    def _gather(self, lane: _Lane, block: memoryview) -> None:
+        """Copy the rows noted in ``lane`` out of ``block`` into its topic instance."""
+        offsets = lane.offsets
+        count = len(offsets)
+        if not count:
+            return
+        at = np.fromiter(offsets, np.intp, count)
+        offsets.clear()
+        at += 5  # the payload, after the header and msg_id
+        builder = lane.builder
+        size = builder.dtype.itemsize
+        # every ``size`` bytes of the block, overlapping: one take() copies the rows out
+        spans: npt.NDArray[np.void] = np.ndarray(
+            (len(block) - size + 1,), builder.void, block, 0, (1,)
+        )
+        room = builder.room(count)
+        step = max(1, _GATHER_BYTES // size)
+        for first in range(0, count, step):  # a small transient per step
+            room[first : first + step] = spans[at[first : first + step]]
+        timestamps: npt.NDArray[np.uint64]
+        if lane.timestamp_offset is None:
+            timestamps = np.zeros(count, np.uint64)
+        else:
+            timestamps = np.ndarray((count,), "<u8", room, lane.timestamp_offset, (size,))
+        del room  # the rows' map can only grow with no view of it left (nor of timestamps)
+        if not builder.view_timestamp:
+            timestamps = np.array(timestamps)
+            builder.timestamps.append(timestamps)
+        deferred = self._deferred
+        if deferred and self._cutoffs[-1] > at[0] - 5 + self._base:  # rows before a stamp
+            before = np.searchsorted(at, self._cutoffs - self._base + 5)
+            running = np.maximum.accumulate(timestamps)
+            tops = np.where(before > 0, running[np.maximum(before - 1, 0)], 0)
+            np.maximum(self._bases, tops, out=self._bases)
+        self._gathered_max = max(self._gathered_max, int(timestamps.max()))
+
+    def _end_block(self, block: memoryview, used: int, *, final: bool) -> int:
+        """Copy out the block's rows and settle the deferred stamps; return ``used``."""
+        if final:
+            self._take(self._parser.close(), block, self._base + len(block))
+        for lane in self._lanes.values():
+            self._gather(lane, block)
+        self._settle()
+        return used
+
+    def _settle(self) -> None:
+        """Add the deferred events, each stamped with the largest timestamp logged before it."""
+        for event, base in zip(self._deferred, self._bases.tolist(), strict=True):
+            if event.timestamp_us is not None and base > event.timestamp_us:
+                event = dataclasses.replace(event, timestamp_us=base)  # noqa: PLW2901
+            self._collector.add(event)
+        self._deferred.clear()
+        self._cutoffs = _NO_OFFSETS
+        self._bases = _NO_STAMPS
 
 
-def _event_lists(parser: ULogParser, path: Path, chunk_size: int) -> Iterator[list[ULogEvent]]:
-    """The events of each parser call (lists: a generator step per event costs more)."""
-    try:
-        with path.open("rb") as file:
-            while chunk := file.read(chunk_size):
-                yield parser.receive_bytes(chunk)
-        yield parser.close()
-    except ULogFormatError as err:
-        reason = str(err).removesuffix(f" (at byte {err.offset})")
-        msg = f"{path} is not a readable ULog file: {reason}"
-        raise ULogFormatError(msg, offset=err.offset) from None
-    except OSError as err:
-        msg = f"cannot read ULog file {path}: {err.strerror or err}"
-        raise UlogstreamError(msg) from err
+@dataclass(slots=True)
+class _Lane:
+    """The 'D' messages of one msg_id that the reader gathers itself."""
+
+    msg_id: int
+    builder: _TopicBuilder
+    offsets: list[int]
+    timestamp_offset: int | None
+    """Where the row's 64-bit timestamp is (None: the format has none, timestamps are 0)."""
 
 
 class _TopicBuilder:
-    """Rows of one topic instance, appended as raw bytes and viewed as an array at the end.
+    """Rows of one topic instance, appended to one anonymous memory map that grows in place.
 
     Rows are kept without the bytes after their last field (trailing padding, which PX4 does
-    not log either), so a whole file takes no more memory than its data.
+    not log either). The map doubles when full: the kernel remaps its pages instead of
+    copying them (mremap), and pages not yet written take no memory, so a whole log takes
+    little more memory than its rows (a growing buffer would hold up to an eighth more, and a
+    copy on growth twice the instance). At the end the map is cut to the rows and viewed as
+    the instance's array.
     """
 
     __slots__ = (
+        "count",
         "dtype",
+        "lanes",
+        "map",
         "msg_ids",
         "multi_id",
         "name",
-        "raw",
         "row_size",
+        "small",
         "timestamps",
         "view_timestamp",
+        "void",
     )
 
     def __init__(self, subscription: Subscription) -> None:
@@ -184,26 +522,59 @@ class _TopicBuilder:
         self.msg_ids = [subscription.msg_id]
         self.dtype = _compact(subscription.dtype)
         self.row_size = subscription.dtype.itemsize
-        self.raw = bytearray()
+        self.void: np.dtype[np.void] = np.dtype((np.void, self.dtype.itemsize))
+        self.small: npt.NDArray[np.uint8] = _NO_BYTES
+        """The rows while they take at most :data:`_SMALL_ROOM` bytes."""
+        self.map: mmap.mmap | None = None
+        """Room for the rows; the first ``count`` rows of :attr:`dtype`'s itemsize are rows."""
+        self.count = 0
         self.timestamps: list[npt.NDArray[np.uint64]] = []
+        self.lanes: list[_Lane] = []
+        """The msg_ids whose rows :class:`ULogReader` gathers into this instance itself."""
         fields = self.dtype.fields
         spec = None if fields is None else fields.get(TIMESTAMP_FIELD)
         self.view_timestamp = spec is not None and spec[0] == np.dtype("<u8")
 
-    def add(self, rows: npt.NDArray[np.void], timestamps: npt.NDArray[np.uint64]) -> None:
+    def room(self, count: int) -> npt.NDArray[np.void]:
+        """The next ``count`` rows, as ``void`` of :attr:`dtype`'s itemsize, to be written.
+
+        Drop the array at once: the map can only grow with no view of it left.
+        """
         size = self.dtype.itemsize
-        if size == self.row_size:
-            self.raw += rows.tobytes()
-        else:  # the first ``size`` bytes of each row, viewed in one call
-            cut: npt.NDArray[np.uint8] = np.ndarray(
-                (len(rows), size), np.uint8, rows, 0, (self.row_size, 1)
-            )
-            self.raw += cut.tobytes()
+        start = self.count * size
+        end = start + count * size
+        self.count += count
+        if self.map is None:
+            if end <= _SMALL_ROOM:  # a few rows share the heap's pages with other things
+                small = self.small
+                if end > len(small):
+                    self.small = np.empty(max(end, 2 * len(small)), np.uint8)
+                    self.small[: len(small)] = small
+                return self.small[start:end].view(self.void)
+            self.map = mmap.mmap(-1, max(end, 2 * _SMALL_ROOM), flags=mmap.MAP_PRIVATE)
+            self.map[:start] = self.small[:start].tobytes()
+            self.small = _NO_BYTES
+        elif end > len(self.map):
+            self.map.resize(max(end, 2 * len(self.map)))
+        return np.frombuffer(self.map, self.void, count, start)
+
+    def add(self, rows: npt.NDArray[np.void], timestamps: npt.NDArray[np.uint64]) -> None:
+        """Append a parser batch (full-size rows, of which the first bytes are kept)."""
+        size = self.dtype.itemsize
+        room = self.room(len(rows)).view(np.uint8).reshape(len(rows), size)
+        room[...] = np.ndarray((len(rows), size), np.uint8, rows, 0, (self.row_size, 1))
+        del room
         if not self.view_timestamp:
             self.timestamps.append(timestamps)
 
     def build(self) -> TopicData:
-        data: npt.NDArray[np.void] = np.frombuffer(self.raw, self.dtype)
+        data: npt.NDArray[np.void]
+        if self.map is None:
+            data = self.small[: self.count * self.dtype.itemsize].copy().view(self.dtype)
+            self.small = _NO_BYTES
+        else:
+            self.map.resize(self.count * self.dtype.itemsize)
+            data = np.frombuffer(self.map, self.dtype)
         timestamps: npt.NDArray[np.uint64]
         if self.view_timestamp:
             timestamps = data[TIMESTAMP_FIELD]

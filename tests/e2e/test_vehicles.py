@@ -1,0 +1,105 @@
+"""Several vehicles on one link: one session each, answered at their own address, kept apart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+from e2e.support import FAST, flight_log, recorder_settings
+
+from ulogstream.adapters.udp_transport import UdpTransport
+from ulogstream.daemon import Recorder
+from ulogstream.demo import free_udp_port
+from ulogstream.sim.runner import SimSummary, run_vehicle
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+
+def files(root: Path, pattern: str, *, depth: int) -> list[Path]:
+    """Files matching ``pattern`` exactly ``depth`` levels below ``root``, sorted."""
+    return sorted(root.glob("/".join(["*"] * (depth - 1) + [pattern])))
+
+
+async def record_vehicles(
+    recorder: Recorder, port: int, logs: dict[int, bytes], *, wait_for: set[int]
+) -> dict[int, SimSummary]:
+    """Vehicles with the given sysids stream their log to ``udpin`` ``port``.
+
+    The recorder is stopped once every vehicle in ``wait_for`` delivered its whole log.
+    """
+    delivered: set[int] = set()
+    stop = asyncio.Event()
+
+    def on_delivered(system_id: int) -> Callable[[int], None]:
+        def delivered_log(_log_index: int) -> None:
+            delivered.add(system_id)
+            if wait_for <= delivered:
+                recorder.request_stop()
+
+        return delivered_log
+
+    recorder_task = asyncio.create_task(recorder.run())
+    await asyncio.sleep(0.05)  # the recorder binds its port before the vehicles send
+    vehicles = {
+        system_id: asyncio.create_task(
+            run_vehicle(
+                log,
+                await UdpTransport.connect("127.0.0.1", port),
+                config=replace(FAST, system_id=system_id),
+                stop_event=stop,
+                on_log_delivered=on_delivered(system_id),
+            )
+        )
+        for system_id, log in logs.items()
+    }
+    try:
+        async with asyncio.timeout(60):
+            assert await recorder_task == 0
+            stop.set()
+            return {system_id: await task for system_id, task in vehicles.items()}
+    finally:
+        for task in (recorder_task, *vehicles.values()):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_every_vehicle_on_a_link_is_recorded_apart(tmp_path: Path) -> None:
+    logs = {1: flight_log(2.0, seed=41), 2: flight_log(2.5, seed=42)}
+    port = free_udp_port()
+    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
+    summaries = await record_vehicles(recorder, port, logs, wait_for={1, 2})
+    home = files(tmp_path, "*.ulg", depth=2)
+    second = files(tmp_path / "sysid2", "*.ulg", depth=2)
+    assert [path.read_bytes() for path in home] == [logs[1]]
+    assert [path.read_bytes() for path in second] == [logs[2]]
+    # Each vehicle got its acks and its STOP at its own address (udpin has two peers here).
+    assert {system_id: s.logs_stopped for system_id, s in summaries.items()} == {1: 1, 2: 1}
+    assert set(recorder.vehicles) == {1, 2}
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_target_sysid_keeps_one_vehicle_and_names_the_others_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    logs = {1: flight_log(2.0, seed=43), 2: flight_log(2.0, seed=44)}
+    port = free_udp_port()
+    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path, target_sysid=2))
+    summaries = await record_vehicles(recorder, port, logs, wait_for={2})
+    assert [path.read_bytes() for path in files(tmp_path, "*.ulg", depth=2)] == [logs[2]]
+    assert not (tmp_path / "sysid1").exists()
+    assert summaries[1].logs_started == 0  # never asked to stream
+    ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert len(ignored) == 1
+    assert ignored[0].startswith("vehicle sysid 1 seen on udpin:")
