@@ -198,7 +198,11 @@ async def run_one(log: Path, receiver: str, link_rate: float, broker: int | None
     before = child_cpu()
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, *command, stderr=asyncio.subprocess.DEVNULL, cwd=ROOT
+        sys.executable,
+        *command,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        cwd=ROOT,
     )
     if len(cpus) > 1:
         os.sched_setaffinity(process.pid, {cpus[0]})
