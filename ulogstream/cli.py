@@ -706,7 +706,11 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
         "--mqtt", metavar="URL", help="publish live to mqtt://HOST[:PORT] or mqtts://"
     )
     parser.add_argument("--mqtt-rate", type=float, help="default samples/s per topic (0 = all)")
-    parser.add_argument("--vehicle-id", help="MQTT vehicle id (default: hostname)")
+    parser.add_argument(
+        "--vehicle-id",
+        help="MQTT vehicle id, or a template of {hostname} {link} {sysid} {sys_uuid} "
+        "(default {hostname}-{link})",
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -818,7 +822,7 @@ def exit_summary(recorder: Recorder) -> list[str]:
         lines.insert(1, f"  ... {len(finished) - 10} earlier ones in {finished[0].path.parent}")
     publisher = recorder.publisher
     if publisher is not None:
-        url = recorder.settings.mqtt.url
+        url = " or ".join(recorder.settings.mqtt.broker_urls())
         sink = publisher.sink
         if sink.published:
             lines.append(
@@ -888,7 +892,7 @@ def _configure_replay(parser: argparse.ArgumentParser) -> None:
         help="times the log's own pace (default 1); 0 = as fast as possible",
     )
     parser.add_argument("--config", type=Path, help="TOML settings for the [mqtt] section")
-    parser.add_argument("--vehicle-id", help="MQTT vehicle id (default: hostname)")
+    parser.add_argument("--vehicle-id", help="MQTT vehicle id (default: {hostname}-replay)")
     parser.add_argument("--mqtt-rate", type=float, help="default samples/s per topic (0 = all)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 

@@ -12,7 +12,9 @@ import dataclasses
 import difflib
 import os
 import re
+import shlex
 import socket
+import string
 import tomllib
 import types
 import typing
@@ -48,6 +50,18 @@ USB CDC ports (a Pixhawk's USB) run at USB speed whatever the rate.
 
 _TOPIC_FORBIDDEN = re.compile(r"[+#\x00]")
 _LEVEL_FORBIDDEN = re.compile(r"[/+#\x00]")
+
+VEHICLE_PLACEHOLDERS = ("hostname", "link", "sysid", "sys_uuid")
+"""What ``mqtt.vehicle_id`` may name: this machine's host name (without domain), the link
+(``link.connection`` as one topic level), the autopilot's MAVLink system id and its ``sys_uuid``
+(from the newest finished log, remembered across restarts; until one is known, the default
+vehicle id stands in for it)."""
+DEFAULT_VEHICLE_ID = "{hostname}-{link}"
+"""The vehicle id unless configured: unique on a host, since one link has one recorder."""
+CLIENT_ID_PLACEHOLDERS = ("hostname", "link", "vehicle")
+"""What ``mqtt.client_id`` may name: host name, link and the (filled-in) vehicle id."""
+DEFAULT_CLIENT_ID = "ulogstream-{vehicle}"
+"""The MQTT client id unless configured: stable across restarts, unique per vehicle id."""
 _NETWORK_LINK = re.compile(r"^(?:udpin|udpout|udp|tcp):(?P<host>.*):(?P<port>[^:]*)$")
 
 
@@ -164,9 +178,22 @@ class MqttSettings:
     """Live publishing to an MQTT broker (topics and payloads: docs/mqtt.md).
 
     Attributes:
-        url: ``mqtt://host[:port]`` or ``mqtts://host[:port]``; None: no publishing.
+        url: ``mqtt://host[:port]`` or ``mqtts://host[:port]``; None (and no ``urls``): no
+            publishing.
+        urls: More brokers (same form), tried in turn after ``url`` when one cannot be reached.
         root: First topic level.
-        vehicle_id: Second topic level; None: this machine's host name.
+        vehicle_id: Second topic level, a template of :data:`VEHICLE_PLACEHOLDERS`; None:
+            :data:`DEFAULT_VEHICLE_ID` (host name and link: two recorders on one host differ).
+        client_id: MQTT client id, a template of :data:`CLIENT_ID_PLACEHOLDERS`; None:
+            :data:`DEFAULT_CLIENT_ID`, the same at every restart (broker ACLs keyed on it work).
+        keepalive_s: Seconds between MQTT pings (the broker drops a silent client after 1.5x).
+        session_expiry_s: MQTT 5 session expiry in seconds (0: the session ends with the
+            connection); on 3.1.1 any value above 0 asks for a persistent session.
+        retained_resend_per_s: After a reconnect, retained topics are sent again at most this
+            many per second (interleaved with live data), not all at once.
+        max_messages_per_s: Cap on messages per second on this connection (e.g. 100 for AWS IoT
+            Core); samples over it are dropped (and counted), never status, log or retained
+            topics; 0: no cap.
         qos: MQTT QoS of topic data (retained metadata uses the same).
         protocol: MQTT protocol version, ``"3.1.1"`` or ``"5"``.
         tls_ca_file: CA bundle to verify the broker; None: the system's (only with mqtts).
@@ -184,8 +211,14 @@ class MqttSettings:
     """
 
     url: str | None = None
+    urls: tuple[str, ...] = ()
     root: str = "ulogstream"
     vehicle_id: str | None = None
+    client_id: str | None = None
+    keepalive_s: int = 30
+    session_expiry_s: int = 0
+    retained_resend_per_s: float = 100.0
+    max_messages_per_s: float = 0.0
     qos: int = 0
     protocol: MqttProtocol = "3.1.1"
     tls_ca_file: Path | None = None
@@ -204,6 +237,26 @@ class MqttSettings:
     def __post_init__(self) -> None:
         if self.url is not None:
             parse_mqtt_url(self.url)
+        for url in self.urls:
+            parse_mqtt_url(url, key="mqtt.urls")
+        brokers = self.broker_urls()
+        _require(
+            len(set(brokers)) == len(brokers),
+            "mqtt.urls",
+            f"names a broker twice: {list(brokers)}",
+        )
+        _check_template("mqtt.vehicle_id", self.vehicle_id, VEHICLE_PLACEHOLDERS)
+        _check_template("mqtt.client_id", self.client_id, CLIENT_ID_PLACEHOLDERS)
+        _require(
+            self.keepalive_s >= 1, "mqtt.keepalive_s", f"must be >= 1 s, not {self.keepalive_s}"
+        )
+        _check_non_negative("mqtt.session_expiry_s", self.session_expiry_s, " s")
+        _require(
+            self.retained_resend_per_s > 0,
+            "mqtt.retained_resend_per_s",
+            f"must be > 0, not {self.retained_resend_per_s}",
+        )
+        _check_non_negative("mqtt.max_messages_per_s", self.max_messages_per_s, "")
         _require(
             bool(self.root) and not _TOPIC_FORBIDDEN.search(self.root),
             "mqtt.root",
@@ -248,13 +301,141 @@ class MqttSettings:
             _check_non_negative(f"mqtt.rates.{topic}", rate, " Hz")
         _require(self.outbox_size >= 1, "mqtt.outbox_size", f"must be >= 1, not {self.outbox_size}")
 
-    def effective_vehicle_id(self) -> str:
-        """The vehicle id used in topics: ``vehicle_id``, else this machine's host name."""
-        return self.vehicle_id if self.vehicle_id is not None else socket.gethostname()
+    def broker_urls(self) -> tuple[str, ...]:
+        """The brokers tried in turn: ``url``, then ``urls`` (empty: no publishing)."""
+        return self.urls if self.url is None else (self.url, *self.urls)
+
+    @property
+    def uses_sys_uuid(self) -> bool:
+        """Whether the vehicle id names the autopilot's ``{sys_uuid}``."""
+        return self.vehicle_id is not None and "{sys_uuid}" in self.vehicle_id
+
+    def effective_vehicle_id(
+        self, *, link: str = "", sysid: int = 1, sys_uuid: str | None = None
+    ) -> str:
+        """The vehicle id used in topics: the ``vehicle_id`` template (or the default) filled in.
+
+        Args:
+            link: ``link.connection`` (``{link}``: made one topic level, ``/dev/`` dropped).
+            sysid: The autopilot's MAVLink system id (``{sysid}``).
+            sys_uuid: The autopilot's ``sys_uuid`` (``{sys_uuid}``); None: not known yet, and
+                :data:`DEFAULT_VEHICLE_ID` stands in for it.
+        """
+        template = DEFAULT_VEHICLE_ID if self.vehicle_id is None else self.vehicle_id
+        values = {"hostname": host_name(), "link": link_name(link), "sysid": sysid}
+        if sys_uuid is None:
+            sys_uuid = DEFAULT_VEHICLE_ID.format_map(values)
+        return _topic_level(template.format_map({**values, "sys_uuid": sys_uuid}))
+
+    def effective_client_id(self, vehicle_id: str, *, link: str = "") -> str:
+        """The MQTT client id: the ``client_id`` template (or the default) filled in."""
+        template = DEFAULT_CLIENT_ID if self.client_id is None else self.client_id
+        return template.format(hostname=host_name(), link=link_name(link), vehicle=vehicle_id)
 
     def rate_hz(self, topic: str) -> float:
         """The rate cap of ``topic`` (0: every sample)."""
         return self.rates.get(topic, self.default_rate_hz)
+
+
+UPLOAD_PLACEHOLDERS = ("path", "name", "stem", "vehicle", "date", "sha256")
+"""What ``upload.command`` may name: the finished ``.ulg`` file's path, its file name, the name
+without ``.ulg``, the vehicle id, the log's UTC date (``YYYY-MM-DD``) and its SHA-256 in hex."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UploadSettings:
+    """Shipping each finished log off the vehicle with a command (rclone, aws s3 cp, curl, ...).
+
+    Attributes:
+        command: Run after every finished log, without a shell: split like a shell would
+            (quotes), then :data:`UPLOAD_PLACEHOLDERS` filled into each word, e.g.
+            ``rclone copyto {path} remote:logs/{vehicle}/{date}/{name}``; None: no upload.
+        timeout_s: A run taking longer is killed and counts as failed.
+        attempts: Runs per log before it is given up (and reported); 1: no retry.
+        backoff_s: Wait before the first retry; doubled after each failure up to 10 minutes.
+        queue_size: Finished logs waiting for upload; beyond this new ones are not uploaded
+            (and counted), so a dead remote never grows memory.
+        delete_after_upload: Delete the local file once its command succeeded.
+    """
+
+    command: str | None = None
+    timeout_s: float = 600.0
+    attempts: int = 5
+    backoff_s: float = 10.0
+    queue_size: int = 100
+    delete_after_upload: bool = False
+
+    def __post_init__(self) -> None:
+        if self.command is not None:
+            upload_command(self.command)
+        _require(self.timeout_s > 0, "upload.timeout_s", f"must be > 0 s, not {self.timeout_s}")
+        _require(self.attempts >= 1, "upload.attempts", f"must be >= 1, not {self.attempts}")
+        _check_non_negative("upload.backoff_s", self.backoff_s, " s")
+        _require(self.queue_size >= 1, "upload.queue_size", f"must be >= 1, not {self.queue_size}")
+
+
+def upload_command(command: str) -> list[str]:
+    """``upload.command`` split into words (placeholders still in them), checked.
+
+    Raises:
+        SettingError: Unbalanced quotes, an empty command, a placeholder not in
+            :data:`UPLOAD_PLACEHOLDERS`, or no ``{path}``.
+    """
+    key = "upload.command"
+    try:
+        words = shlex.split(command)
+    except ValueError as err:
+        raise SettingError(key, f"cannot be split into words ({err}): {command!r}") from None
+    _require(bool(words), key, "must not be empty; unset it for no upload")
+    names: set[str] = set()
+    for word in words:
+        names |= _placeholders(key, word, UPLOAD_PLACEHOLDERS)
+    _require("path" in names, key, f"must name the log with {{path}}: {command!r}")
+    return words
+
+
+def _placeholders(key: str, template: str, allowed: tuple[str, ...]) -> set[str]:
+    """The ``{name}`` placeholders of ``template``, each checked against ``allowed``."""
+    choices = ", ".join(f"{{{name}}}" for name in allowed)
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as err:
+        problem = f"is not a valid template ({err}; write {{{{ and }}}} for braces): {template!r}"
+        raise SettingError(key, problem) from None
+    names: set[str] = set()
+    for _, name, spec, conversion in fields:
+        if name is None:
+            continue
+        _require(
+            name in allowed and not spec and conversion is None,
+            key,
+            f"has an unknown placeholder {{{name}}}; use {choices}",
+        )
+        names.add(name)
+    return names
+
+
+def _check_template(key: str, template: str | None, allowed: tuple[str, ...]) -> None:
+    if template is not None:
+        _placeholders(key, template, allowed)
+
+
+def host_name() -> str:
+    """This machine's host name without its domain (``{hostname}``)."""
+    return socket.gethostname().split(".")[0] or "host"
+
+
+def link_name(connection: str) -> str:
+    """``link.connection`` as one topic level (``{link}``).
+
+    ``/dev/pixhawk`` -> ``pixhawk``, ``udpin:0.0.0.0:14550`` -> ``udpin-0.0.0.0-14550``.
+    """
+    name = connection.removeprefix("/dev/")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "link"
+
+
+def _topic_level(text: str) -> str:
+    return re.sub(r"[/+#\x00\s]", "_", text) or "vehicle"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -288,6 +469,7 @@ class Settings:
     link: LinkSettings = field(default_factory=LinkSettings)
     recording: RecordingSettings = field(default_factory=RecordingSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
+    upload: UploadSettings = field(default_factory=UploadSettings)
     log: LogSettings = field(default_factory=LogSettings)
     systemd: SystemdSettings = field(default_factory=SystemdSettings)
 
@@ -296,6 +478,7 @@ GROUPS: dict[str, type[DataclassInstance]] = {
     "link": LinkSettings,
     "recording": RecordingSettings,
     "mqtt": MqttSettings,
+    "upload": UploadSettings,
     "log": LogSettings,
     "systemd": SystemdSettings,
 }
@@ -321,16 +504,15 @@ class BrokerAddress:
     tls: bool
 
 
-def parse_mqtt_url(url: str) -> BrokerAddress:
+def parse_mqtt_url(url: str, *, key: str = "mqtt.url") -> BrokerAddress:
     """The one reading of ``mqtt.url``: ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]``.
 
     Credentials are refused, the user name too: they belong in ``mqtt.username`` and
     ``mqtt.password_file``/``mqtt.password_env``, not in a URL that is logged and shown.
 
     Raises:
-        SettingError: ``url`` is not such a URL (the key is ``mqtt.url``).
+        SettingError: ``url`` is not such a URL (``key`` names the setting).
     """
-    key = "mqtt.url"
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -447,6 +629,7 @@ def load_settings(
             link=LinkSettings(**groups.get("link", {})),  # type: ignore[arg-type]
             recording=RecordingSettings(**groups.get("recording", {})),  # type: ignore[arg-type]
             mqtt=MqttSettings(**groups.get("mqtt", {})),  # type: ignore[arg-type]
+            upload=UploadSettings(**groups.get("upload", {})),  # type: ignore[arg-type]
             log=LogSettings(**groups.get("log", {})),  # type: ignore[arg-type]
             systemd=SystemdSettings(**groups.get("systemd", {})),  # type: ignore[arg-type]
         )

@@ -41,7 +41,8 @@ from ulogstream.adapters.log_files import (
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.config import MqttSettings, Settings, mqtt_password
+from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, recalled_sys_uuid
+from ulogstream.config import DEFAULT_VEHICLE_ID, MqttSettings, Settings, mqtt_password
 from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UlogstreamError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
@@ -100,6 +101,9 @@ TIMER_TICK_S = 0.05
 LOSS_WARNING_INTERVAL_S = 5.0
 """Least seconds between two packet-loss warnings in the log (the counters keep the rest)."""
 
+SYS_UUID_FILE = ".sys_uuid"
+"""In a vehicle's recording folder: its autopilot's ``sys_uuid`` from the newest finished log."""
+
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
 
@@ -118,6 +122,14 @@ DECODE_SLICE_BYTES = 4096
 
 FRAMING_BATCH_BYTES = 16384
 """Without a live consumer, the backlog is framed (for the counters) once it holds this much."""
+
+ANNOUNCE_WAIT_S = 3.0
+"""At a stop, the longest wait for the last finished logs' checksums and announcements."""
+
+UPLOAD_WAIT_S = 5.0
+"""At a stop, the longest wait for uploads still running or queued (the files stay if not).
+
+Short: the systemd unit allows 15 s for a whole stop (TimeoutStopSec), the stream's end first."""
 
 RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds before a failed side task (status, MQTT) is started again (the last one repeats)."""
@@ -161,6 +173,12 @@ class RecorderStatus:
     mqtt_unpublishable: int = 0
     """Messages no broker takes (a bad topic): dropped one by one, never the sink."""
     mqtt_reconnects: int = 0
+    mqtt_capped: int = 0
+    """Samples dropped to keep under ``mqtt.max_messages_per_s``."""
+    uploads: int = 0
+    """Finished logs uploaded (recorder-wide, as are the two below)."""
+    upload_failures: int = 0
+    upload_backlog: int = 0
     topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
     finished: deque[FinishedLog] = field(default_factory=lambda: deque(maxlen=FINISHED_LOGS_KEPT))
     """The newest finished logs (at most :data:`FINISHED_LOGS_KEPT`)."""
@@ -241,6 +259,8 @@ class Pipeline:
         """Set when the session is over (after :meth:`stop`)."""
         self.fatal: UlogstreamError | None = None
         """An error that ends the recorder (disk full); the daemon stops the stream."""
+        self.on_log_finished: Callable[[FinishedLog, str], None] | None = None
+        """Called with each finished log and how it ended (announcement and upload)."""
 
     # -- the ack path --------------------------------------------------------------------
 
@@ -546,6 +566,8 @@ class Pipeline:
                 if status.log_path == finished.path.with_name(finished.path.name + ".part"):
                     status.log_path = None
                 logger.info("log finished: %s (%d bytes, %s)", finished.path, finished.size, how)
+                if self.on_log_finished is not None:
+                    self.on_log_finished(finished, how)
             case LogFailed(_, path, error) | FinishFailed(_, path, error):
                 kept = "" if path is None else f"; {path.name} is kept and recovered at start-up"
                 status.error = f"{error}{kept}; recording goes on with the next log"
@@ -600,6 +622,7 @@ class Pipeline:
             status.mqtt_dropped = sink.dropped
             status.mqtt_unpublishable = sink.unpublishable
             status.mqtt_reconnects = sink.reconnects
+            status.mqtt_capped = sink.capped
 
 
 def _no_rows(_subscription: Subscription) -> RowSelection:
@@ -611,10 +634,43 @@ def _drop(_data: bytes) -> None:
     """Where sends go while no link is open."""
 
 
-def publish_settings(mqtt: MqttSettings) -> PublishSettings:
-    """The publish policy's settings from the ``[mqtt]`` configuration."""
+def _sys_uuid_note(mqtt: MqttSettings, sys_uuid: str | None) -> str:
+    """How ``{sys_uuid}`` was filled in, for the start-up line."""
+    if not mqtt.uses_sys_uuid:
+        return ""
+    if sys_uuid is None:
+        return "; sys_uuid not known yet: the default id stands in until a log shows it"
+    return f"; sys_uuid {sys_uuid} from the last log"
+
+
+def _announce(publisher: Publisher, info: FinishedLogInfo) -> None:
+    """Publish ``{root}/{vehicle}/meta/log_finished`` (not retained: an event) for ``info``."""
+    settings = publisher.policy.settings
+    publisher.offer(
+        [
+            MqttMessage(
+                f"{settings.root}/{settings.vehicle_id}/meta/log_finished",
+                json.dumps(info.as_json(), separators=(",", ":")).encode(),
+                qos=max(1, settings.qos),
+                content_type="application/json",
+            )
+        ]
+    )
+
+
+def publish_settings(
+    mqtt: MqttSettings, *, link: str = "replay", sysid: int = 1, sys_uuid: str | None = None
+) -> PublishSettings:
+    """The publish policy's settings from the ``[mqtt]`` configuration.
+
+    Args:
+        mqtt: The ``[mqtt]`` settings.
+        link: ``link.connection`` for the vehicle id's ``{link}``.
+        sysid: The autopilot's system id for the vehicle id's ``{sysid}``.
+        sys_uuid: The autopilot's ``sys_uuid`` if known, for ``{sys_uuid}``.
+    """
     return PublishSettings(
-        vehicle_id=mqtt.effective_vehicle_id(),
+        vehicle_id=mqtt.effective_vehicle_id(link=link, sysid=sysid, sys_uuid=sys_uuid),
         root=mqtt.root,
         rate_hz=mqtt.default_rate_hz,
         topic_rates=dict(mqtt.rates),
@@ -627,20 +683,31 @@ def publish_settings(mqtt: MqttSettings) -> PublishSettings:
     )
 
 
-def sink_settings(mqtt: MqttSettings) -> MqttSinkSettings:
+def sink_settings(mqtt: MqttSettings, *, client_id: str | None = None) -> MqttSinkSettings:
     """The MQTT sink's settings from the ``[mqtt]`` configuration (URL must be set).
 
     The password is read here, once: a missing file fails now, with the key named, rather than
     at the first connect.
 
+    Args:
+        mqtt: The ``[mqtt]`` settings.
+        client_id: The filled-in client id (None: a unique one per run).
+
     Raises:
         ConfigError: The URL is not set, or the password cannot be read.
     """
-    if mqtt.url is None:
+    brokers = mqtt.broker_urls()
+    if not brokers:
         msg = "mqtt.url is not set"
         raise ConfigError(msg)
     return MqttSinkSettings(
-        url=mqtt.url,
+        url=brokers[0],
+        fallback_urls=brokers[1:],
+        client_id=client_id,
+        keepalive=mqtt.keepalive_s,
+        session_expiry=mqtt.session_expiry_s,
+        retained_resend_per_s=mqtt.retained_resend_per_s,
+        max_messages_per_s=mqtt.max_messages_per_s,
         protocol=5 if mqtt.protocol == "5" else 4,
         ca_file=mqtt.tls_ca_file,
         cert_file=mqtt.tls_cert_file,
@@ -651,16 +718,26 @@ def sink_settings(mqtt: MqttSettings) -> MqttSinkSettings:
     )
 
 
-def build_publisher(mqtt: MqttSettings) -> Publisher | None:
+def build_publisher(
+    mqtt: MqttSettings, *, link: str = "replay", sysid: int = 1, sys_uuid: str | None = None
+) -> Publisher | None:
     """The MQTT side, or None when no broker is configured.
+
+    Args:
+        mqtt: The ``[mqtt]`` settings.
+        link: ``link.connection`` for ``{link}`` in the vehicle and client ids.
+        sysid: The home autopilot's system id for ``{sysid}`` in the vehicle id.
+        sys_uuid: The home autopilot's ``sys_uuid`` if known, for ``{sys_uuid}``.
 
     Raises:
         ConfigError: A setting cannot be used (bad URL, missing password file, ...).
     """
-    if mqtt.url is None:
+    if not mqtt.broker_urls():
         return None
-    policy = PublishPolicy(publish_settings(mqtt))
-    return Publisher(policy, MqttSink(sink_settings(mqtt), will=policy.last_will()))
+    policy = PublishPolicy(publish_settings(mqtt, link=link, sysid=sysid, sys_uuid=sys_uuid))
+    client_id = mqtt.effective_client_id(policy.settings.vehicle_id, link=link)
+    sink = MqttSink(sink_settings(mqtt, client_id=client_id), will=policy.last_will())
+    return Publisher(policy, sink)
 
 
 def status_fields(status: RecorderStatus) -> dict[str, str | int | float | bool | None]:
@@ -678,6 +755,10 @@ def status_fields(status: RecorderStatus) -> dict[str, str | int | float | bool 
         "link_reconnects": status.link_reconnects,
         "mqtt_dropped": status.mqtt_dropped,
         "mqtt_unpublishable": status.mqtt_unpublishable,
+        "mqtt_capped": status.mqtt_capped,
+        "uploads": status.uploads,
+        "upload_failures": status.upload_failures,
+        "upload_backlog": status.upload_backlog,
         "error": status.error,
     }
 
@@ -742,7 +823,25 @@ class Recorder:
         """One pipeline (session, files, parser, publisher) per autopilot system id."""
         self._ignored_systems: set[int] = set()
         self._impostor_warned = False
-        self.publisher = build_publisher(settings.mqtt)
+        link, mqtt = settings.link, settings.mqtt
+        self._folders: dict[int, Path] = {}
+        """Each vehicle's recording folder (where its ``sys_uuid`` is remembered)."""
+        sys_uuid = None
+        if mqtt.uses_sys_uuid:
+            sys_uuid = recalled_sys_uuid(settings.recording.out_dir / SYS_UUID_FILE)
+        self.publisher = build_publisher(
+            mqtt, link=link.connection, sysid=link.target_sysid or 1, sys_uuid=sys_uuid
+        )
+        if self.publisher is not None:
+            vehicle_id = self.publisher.policy.settings.vehicle_id
+            logger.info(
+                "MQTT vehicle id %r (mqtt.vehicle_id %s%s), client id %r",
+                vehicle_id,
+                "default" if mqtt.vehicle_id is None else repr(mqtt.vehicle_id),
+                _sys_uuid_note(mqtt, sys_uuid),
+                self.publisher.sink.client_id,
+            )
+        self.shipper = LogShipper(settings.upload)
         self._spec = parse_connection(settings.link.connection, default_baud=settings.link.baud)
         key_file = settings.link.signing_key_file
         self._signing_key = None if key_file is None else load_signing_key(key_file)
@@ -780,12 +879,14 @@ class Recorder:
                     side_tasks.append(
                         group.create_task(self._supervised("MQTT", self.publisher.sink.run))
                     )
+                side_tasks.append(group.create_task(self._supervised("upload", self.shipper.run)))
                 link = group.create_task(self._link_loop())
                 await self._timer_loop()
                 link.cancel()
                 for pipeline in self.vehicles.values():
                     pipeline.refresh_status()  # the last counters, for the caller and MQTT
                     await pipeline.files.aclose()  # every file finished (fsync, rename) first
+                await self._finish_shipping()
                 for pipeline in self.vehicles.values():
                     if pipeline.publisher is not None:
                         pipeline.publisher.offer(final_status(pipeline, pipeline.publisher))
@@ -811,6 +912,29 @@ class Recorder:
                 self.exit_code = 1
         return self.exit_code
 
+    def _count_uploads(self, status: RecorderStatus) -> None:
+        """Copy the (recorder-wide) upload counters into ``status``."""
+        shipper = self.shipper
+        status.uploads = shipper.uploaded
+        status.upload_failures = shipper.failed
+        status.upload_backlog = shipper.backlog
+
+    async def _finish_shipping(self) -> None:
+        """Let finished logs be announced, and uploads end, for a bounded time before stopping."""
+        shipper = self.shipper
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(shipper.wait_described(), ANNOUNCE_WAIT_S)
+        if shipper.backlog:
+            logger.info(
+                "waiting up to %.0f s for %d upload(s) before stopping",
+                UPLOAD_WAIT_S,
+                shipper.backlog,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(shipper.wait_idle(), UPLOAD_WAIT_S)
+        for pipeline in self.vehicles.values():  # the final status shows how uploads went
+            self._count_uploads(pipeline.status)
+
     def _make_codec(self) -> MavlinkCodec:
         link = self.settings.link
         return MavlinkCodec(
@@ -834,9 +958,15 @@ class Recorder:
             sink = UlgFileSink.from_settings(replace(recording, out_dir=where))
             publisher = None
             if self.publisher is not None:
-                settings = publish_settings(self.settings.mqtt)
-                settings = replace(settings, vehicle_id=f"{settings.vehicle_id}-{folder}")
+                mqtt, link = self.settings.mqtt, self.settings.link.connection
+                sys_uuid = None
+                if mqtt.uses_sys_uuid:  # a small read, once per vehicle
+                    sys_uuid = recalled_sys_uuid(where / SYS_UUID_FILE)
+                settings = publish_settings(mqtt, link=link, sysid=system_id, sys_uuid=sys_uuid)
+                if "{sysid}" not in (mqtt.vehicle_id or DEFAULT_VEHICLE_ID):
+                    settings = replace(settings, vehicle_id=f"{settings.vehicle_id}-{folder}")
                 publisher = Publisher(PublishPolicy(settings), self.publisher.sink)
+                logger.info("vehicle sysid %d: MQTT vehicle id %r", system_id, settings.vehicle_id)
         status = self.status if self.pipeline is None else RecorderStatus(link=self.status.link)
         pipeline = Pipeline(
             codec=self._codec,
@@ -846,6 +976,8 @@ class Recorder:
             publisher=publisher,
             on_log_ended=self._log_ended,
         )
+        pipeline.on_log_finished = partial(self._log_finished, pipeline, system_id)
+        self._folders[system_id] = where
         self.vehicles[system_id] = pipeline
         if self.pipeline is None:
             self.pipeline = pipeline
@@ -854,6 +986,50 @@ class Recorder:
         pipeline.attach(self._vehicle_send(pipeline), now, restored=False)
         pipeline.start(now)
         return pipeline
+
+    def _log_finished(
+        self, pipeline: Pipeline, system_id: int, finished: FinishedLog, how: str
+    ) -> None:
+        """Announce ``finished`` on MQTT and queue its upload (both off the event loop's path)."""
+        publisher, mqtt = pipeline.publisher, self.settings.mqtt
+        announce = None
+        if publisher is not None:
+            vehicle = publisher.policy.settings.vehicle_id
+            announce = partial(self._announce, publisher, system_id)
+        else:
+            link = self.settings.link.connection
+            vehicle = mqtt.effective_vehicle_id(link=link, sysid=system_id)
+        state = self._folders[system_id] / SYS_UUID_FILE if mqtt.uses_sys_uuid else None
+        self.shipper.offer(
+            finished.path,
+            finished.size,
+            vehicle=vehicle,
+            how=how,
+            announce=announce,
+            sys_uuid_file=state,
+        )
+
+    def _announce(self, publisher: Publisher, system_id: int, info: FinishedLogInfo) -> None:
+        """Publish ``meta/log_finished``; say when a newly seen ``sys_uuid`` changes the id."""
+        _announce(publisher, info)
+        mqtt = self.settings.mqtt
+        if not mqtt.uses_sys_uuid or info.sys_uuid is None:
+            return
+        now = publisher.policy.settings.vehicle_id
+        link = self.settings.link.connection
+        then = mqtt.effective_vehicle_id(link=link, sysid=system_id, sys_uuid=info.sys_uuid)
+        home = system_id == (self.settings.link.target_sysid or 1)
+        if not home and "{sysid}" not in (mqtt.vehicle_id or ""):
+            then = f"{then}-{VEHICLE_FOLDER}{system_id}"
+        if then != now:
+            logger.info(
+                "autopilot sys_uuid %s (in %s): the vehicle id becomes %r at the next start "
+                "(%r until then)",
+                info.sys_uuid,
+                info.path.name,
+                then,
+                now,
+            )
 
     def _file_event(self, system_id: int, event: FileEvent) -> None:
         self.vehicles[system_id].file_event(event)
@@ -1123,6 +1299,7 @@ class Recorder:
             pipeline = self.pipeline
             for vehicle in self.vehicles.values():
                 vehicle.refresh_status()
+                self._count_uploads(vehicle.status)
                 if vehicle.publisher is not None:
                     vehicle.publisher.offer(
                         vehicle.publisher.policy.update_status(

@@ -157,9 +157,84 @@ def test_overrides_win_over_the_file(tmp_path: Path) -> None:
     assert settings.mqtt.url is None  # None means "not given on the command line"
 
 
-def test_vehicle_id_defaults_to_the_host_name() -> None:
-    assert MqttSettings().effective_vehicle_id() == socket.gethostname()
-    assert MqttSettings(vehicle_id="drone7").effective_vehicle_id() == "drone7"
+def test_vehicle_id_defaults_to_host_and_link_so_two_recorders_on_one_host_differ() -> None:
+    host = socket.gethostname().split(".")[0]
+    mqtt = MqttSettings()
+
+    first = mqtt.effective_vehicle_id(link="/dev/pixhawk")
+    second = mqtt.effective_vehicle_id(link="udpin:0.0.0.0:14550")
+
+    assert (first, second) == (f"{host}-pixhawk", f"{host}-udpin-0.0.0.0-14550")
+    assert MqttSettings(vehicle_id="drone7").effective_vehicle_id(link="/dev/x") == "drone7"
+
+
+def test_vehicle_and_client_id_templates_are_filled_in() -> None:
+    host = socket.gethostname().split(".")[0]
+    mqtt = MqttSettings(vehicle_id="uav-{sysid}-{link}", client_id="{hostname}/{vehicle}")
+
+    vehicle = mqtt.effective_vehicle_id(link="/dev/serial/by-id/usb-PX4_0", sysid=7)
+
+    assert vehicle == "uav-7-serial-by-id-usb-PX4_0"
+    assert mqtt.effective_client_id(vehicle) == f"{host}/uav-7-serial-by-id-usb-PX4_0"
+    assert MqttSettings().effective_client_id("v1") == "ulogstream-v1"
+
+
+def test_sys_uuid_in_the_vehicle_id_waits_for_it_behind_the_default() -> None:
+    host = socket.gethostname().split(".")[0]
+    mqtt = MqttSettings(vehicle_id="px4-{sys_uuid}")
+
+    assert mqtt.uses_sys_uuid
+    assert not MqttSettings().uses_sys_uuid
+    assert mqtt.effective_vehicle_id(link="/dev/pixhawk") == f"px4-{host}-pixhawk"
+    assert mqtt.effective_vehicle_id(link="/dev/pixhawk", sys_uuid="0006ab") == "px4-0006ab"
+
+
+def test_broker_urls_are_url_then_urls() -> None:
+    mqtt = MqttSettings(url="mqtt://a", urls=("mqtt://b:1884", "mqtts://c"))
+    assert mqtt.broker_urls() == ("mqtt://a", "mqtt://b:1884", "mqtts://c")
+    assert MqttSettings(urls=("mqtt://b",)).broker_urls() == ("mqtt://b",)
+    assert MqttSettings().broker_urls() == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[mqtt]\nvehicle_id = '{host}'",
+            (
+                "mqtt.vehicle_id has an unknown placeholder {host}; use {hostname}, {link}, "
+                "{sysid}, {sys_uuid}"
+            ),
+        ),
+        ("[mqtt]\nclient_id = 'x-{sysid}'", "mqtt.client_id has an unknown placeholder {sysid}"),
+        ("[mqtt]\nvehicle_id = 'x-{'", "mqtt.vehicle_id is not a valid template"),
+        ("[mqtt]\nurls = ['mqtt://a', 'http://b']", "mqtt.urls must start with mqtt://"),
+        ("[mqtt]\nurl = 'mqtt://a'\nurls = ['mqtt://a']", "mqtt.urls names a broker twice"),
+        ("[mqtt]\nkeepalive_s = 0", "mqtt.keepalive_s must be >= 1 s, not 0"),
+        ("[mqtt]\nmax_messages_per_s = -1", "mqtt.max_messages_per_s must be >= 0"),
+        ("[mqtt]\nretained_resend_per_s = 0", "mqtt.retained_resend_per_s must be > 0"),
+        (
+            "[upload]\ncommand = 'cp {path} /x/{nme}'",
+            (
+                "upload.command has an unknown placeholder {nme}; use {path}, {name}, {stem}, "
+                "{vehicle}, {date}, {sha256}"
+            ),
+        ),
+        ("[upload]\ncommand = 'cp /x /y'", "upload.command must name the log with {path}"),
+        ("[upload]\ncommand = 'cp \"{path} /y'", "upload.command cannot be split into words"),
+        ("[upload]\ncommand = ''", "upload.command must not be empty"),
+        ("[upload]\nattempts = 0", "upload.attempts must be >= 1, not 0"),
+        ("[upload]\ntimeout_s = 0", "upload.timeout_s must be > 0 s"),
+    ],
+)
+def test_fleet_settings_are_checked_with_one_clear_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    error = config_error(tmp_path, text)
+
+    assert message in error
+    assert error.startswith(str(tmp_path))
+    assert "\n" not in error
 
 
 # --- error messages: file, key, problem -----------------------------------------------------

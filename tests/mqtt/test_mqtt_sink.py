@@ -595,7 +595,7 @@ def test_offer_drops_the_oldest_sample_but_keeps_the_newest_retained_per_topic()
     sink = MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=3))
     started = time.perf_counter()
     for i in range(5):
-        sink.offer(MqttMessage("d", bytes([i])))
+        sink.offer(MqttMessage("v/json/d/0", bytes([i])))
         sink.offer(MqttMessage("r", bytes([i]), retain=True))
     assert time.perf_counter() - started < 0.1  # never waits
     assert sink.dropped == 2

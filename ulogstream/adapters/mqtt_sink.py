@@ -3,8 +3,13 @@
 :meth:`MqttSink.offer` never waits: sample messages go into a bounded outbox that drops the
 oldest message when full (and counts it); retained messages are kept per topic instead, never
 dropped, and published again after every reconnect so late subscribers always see the latest
-metadata. :meth:`MqttSink.run` connects, drains, and reconnects with exponential backoff, since
-aiomqtt 2.x does not reconnect by itself.
+metadata, at a bounded rate (``retained_resend_per_s``) so a reconnect is no burst.
+:meth:`MqttSink.run` connects, drains, and reconnects with exponential backoff, since aiomqtt 2.x
+does not reconnect by itself; with several broker URLs each failure moves on to the next one.
+
+An optional cap (``max_messages_per_s``, e.g. AWS IoT Core's 100/s per connection) paces every
+publish; sample messages over it are dropped when offered (and counted in :attr:`MqttSink.capped`)
+while status, log and retained messages are never dropped by it, only delayed.
 
 A message the broker cannot take (a topic with a wildcard or a control character, a payload over
 the MQTT limit) is dropped and counted in :attr:`MqttSink.unpublishable`; it never ends the sink.
@@ -13,11 +18,13 @@ the MQTT limit) is dropped and counted in :attr:`MqttSink.unpublishable`; it nev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
 import socket
 import ssl
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,12 +35,10 @@ from paho.mqtt.properties import Properties
 
 from ulogstream.config import SettingError, parse_mqtt_url
 from ulogstream.errors import ConfigError
-from ulogstream.publish import valid_topic
+from ulogstream.publish import MqttMessage, valid_topic
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from ulogstream.publish import MqttMessage
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +55,7 @@ class MqttSinkSettings:
     Attributes:
         url: ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]`` (TLS), read by
             :func:`~ulogstream.config.parse_mqtt_url`.
+        fallback_urls: More brokers tried in turn after ``url`` (a cluster's other nodes).
         client_id: MQTT client identifier; a unique one (host, pid, random) when None.
         protocol: 4 for MQTT 3.1.1, 5 for MQTT 5 (content types and user properties).
         ca_file: CA certificates to verify the broker with (the system's when None).
@@ -60,6 +66,10 @@ class MqttSinkSettings:
         password: The password itself, read once at start-up by
             :func:`~ulogstream.config.mqtt_password`; not shown by ``repr``.
         keepalive: Seconds between MQTT pings.
+        session_expiry: MQTT 5 session expiry interval in seconds (0: none); on 3.1.1 any value
+            above 0 asks for a persistent session (clean session off).
+        retained_resend_per_s: Retained messages sent again per second after a reconnect.
+        max_messages_per_s: Cap on publishes per second on the connection (0: no cap).
         max_outbox: Sample messages kept while the broker is slow or away.
         backoff_initial: First wait before reconnecting, in seconds.
         backoff_max: Longest wait between reconnection attempts, in seconds.
@@ -67,6 +77,7 @@ class MqttSinkSettings:
     """
 
     url: str
+    fallback_urls: tuple[str, ...] = ()
     client_id: str | None = None
     protocol: int = 5
     ca_file: Path | None = None
@@ -76,10 +87,61 @@ class MqttSinkSettings:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     keepalive: int = 30
+    session_expiry: int = 0
+    retained_resend_per_s: float = 100.0
+    max_messages_per_s: float = 0.0
     max_outbox: int = DEFAULT_MAX_OUTBOX
     backoff_initial: float = 0.5
     backoff_max: float = 5.0
     timeout: float = 10.0
+
+
+def is_sample(message: MqttMessage) -> bool:
+    """Whether ``message`` is a sample (``.../{topic}/{multi_id}``, not retained).
+
+    Samples are the only kind the rate cap drops. Status, info, params and schemas are retained;
+    ``log`` and ``meta/...`` events do not end in a number.
+    """
+    return not message.retain and message.topic.rpartition("/")[2].isdigit()
+
+
+class TokenBucket:
+    """``rate`` tokens per second, at most ``capacity`` saved up; may run into debt to ``-floor``.
+
+    Args:
+        rate: Tokens added per second (> 0).
+        capacity: The most tokens kept (a burst).
+        floor: How far :meth:`spend` may take the balance below zero.
+    """
+
+    def __init__(self, rate: float, capacity: float, floor: float = 0.0) -> None:
+        self.rate = rate
+        self.capacity = capacity
+        self.floor = floor
+        self.tokens = capacity
+        self._stamp = time.monotonic()
+
+    def _refill(self, now: float) -> None:
+        self.tokens = min(self.capacity, self.tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+
+    def take(self, now: float) -> bool:
+        """Take one token if there is one."""
+        self._refill(now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+    def spend(self, now: float) -> None:
+        """Take one token even when there is none (down to ``-floor``)."""
+        self._refill(now)
+        self.tokens = max(-self.floor, self.tokens - 1.0)
+
+    def wait(self, now: float) -> float:
+        """Seconds until a token is there (0: now)."""
+        self._refill(now)
+        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
 
 
 def unique_client_id() -> str:
@@ -124,9 +186,19 @@ class MqttSink:
     def __init__(self, settings: MqttSinkSettings, *, will: MqttMessage | None = None) -> None:
         self.settings = settings
         try:
-            self.address = parse_mqtt_url(settings.url)
+            self.addresses = [
+                parse_mqtt_url(url) for url in (settings.url, *settings.fallback_urls)
+            ]
         except SettingError as err:
             raise ConfigError(str(err)) from None
+        self.address = self.addresses[0]
+        """The broker connected to, or tried next."""
+        if settings.retained_resend_per_s <= 0 or settings.max_messages_per_s < 0:
+            msg = (
+                "MQTT retained_resend_per_s must be > 0 and max_messages_per_s >= 0, not "
+                f"{settings.retained_resend_per_s} and {settings.max_messages_per_s}"
+            )
+            raise ConfigError(msg)
         if settings.protocol not in _PROTOCOLS:
             msg = f"MQTT protocol must be 4 (3.1.1) or 5, not {settings.protocol!r}"
             raise ConfigError(msg)
@@ -137,14 +209,32 @@ class MqttSink:
         if self._password is not None and settings.username is None:
             msg = "an MQTT password is set without a username"
             raise ConfigError(msg)
-        tls = self.address.tls or settings.ca_file is not None or settings.cert_file is not None
+        tls = (
+            any(a.tls for a in self.addresses)
+            or settings.ca_file is not None
+            or settings.cert_file is not None
+        )
         self._tls = _tls_context(settings) if tls else None
         self.client_id = settings.client_id or unique_client_id()
         self._will = will
         self._v5 = settings.protocol == 5  # noqa: PLR2004
         self._outbox: deque[MqttMessage] = deque(maxlen=settings.max_outbox)
+        self._priority: deque[MqttMessage] = deque(maxlen=settings.max_outbox)
+        """Non-retained messages that are not samples (``log``, ``meta/...`` events)."""
         self._retained: dict[str, MqttMessage] = {}
         self._pending_retained: dict[str, MqttMessage] = {}
+        self._resend: dict[str, MqttMessage] = {}
+        """Retained messages to send again after a reconnect, at a bounded rate."""
+        resend_rate = settings.retained_resend_per_s
+        self._resend_bucket = TokenBucket(resend_rate, 1.0 + resend_rate / 20)
+        cap = settings.max_messages_per_s
+        self._cap: TokenBucket | None = None
+        self._admit: TokenBucket | None = None
+        if cap > 0:
+            # Publishes are paced at the cap (a 50 ms burst at most); samples are admitted at the
+            # cap minus what the other messages take, so their backlog stays about a second.
+            self._cap = TokenBucket(cap, 1.0 + cap / 20)
+            self._admit = TokenBucket(cap, cap, floor=cap)
         self._properties: dict[tuple[str | None, tuple[tuple[str, str], ...]], Properties] = {}
         self._wakeup = asyncio.Event()
         self._drained = asyncio.Event()
@@ -155,6 +245,8 @@ class MqttSink:
         """Sample messages dropped because the outbox was full (broker slow or away)."""
         self.unpublishable = 0
         """Messages dropped because no broker would take them (bad topic, payload too large)."""
+        self.capped = 0
+        """Sample messages dropped to keep under ``max_messages_per_s``."""
         self.reconnects = 0
         """Connections made after the first one."""
         self.connected = False
@@ -177,15 +269,28 @@ class MqttSink:
         if not valid_topic(message.topic):
             self._refuse(message, "the topic is not a valid MQTT topic name")
             return
+        admit = self._admit
         if message.retain:
             self._retained[message.topic] = message
             self._pending_retained.pop(message.topic, None)
             self._pending_retained[message.topic] = message
-        else:
+            self._resend.pop(message.topic, None)
+            if admit is not None:
+                admit.spend(time.monotonic())
+        elif is_sample(message):
+            if admit is not None and not admit.take(time.monotonic()):
+                self.capped += 1
+                return
             outbox = self._outbox
             if len(outbox) == outbox.maxlen:
                 self.dropped += 1
             outbox.append(message)
+        else:
+            if admit is not None:
+                admit.spend(time.monotonic())
+            if len(self._priority) == self._priority.maxlen:
+                self.dropped += 1
+            self._priority.append(message)
         self._wakeup.set()
 
     def offer_all(self, messages: list[MqttMessage]) -> None:
@@ -196,7 +301,13 @@ class MqttSink:
     @property
     def pending(self) -> int:
         """Messages waiting to be published."""
-        return len(self._outbox) + len(self._pending_retained) + self._busy
+        return (
+            len(self._outbox)
+            + len(self._priority)
+            + len(self._pending_retained)
+            + len(self._resend)
+            + self._busy
+        )
 
     async def wait_drained(self) -> None:
         """Wait until everything offered so far was published (bound it with asyncio.timeout)."""
@@ -220,15 +331,21 @@ class MqttSink:
                 self.connected = False
             if self._session_connected:
                 backoff = self.settings.backoff_initial
+            failed = self.address
+            index = (self.addresses.index(failed) + 1) % len(self.addresses)
+            self.address = self.addresses[index]
+            then = "" if self.address == failed else f" at {self.address.host}:{self.address.port}"
             logger.warning(
-                "MQTT broker %s:%d: %s; retrying in %.1f s",
-                self.address.host,
-                self.address.port,
+                "MQTT broker %s:%d: %s; retrying%s in %.1f s",
+                failed.host,
+                failed.port,
                 self.last_error,
+                then,
                 backoff,
             )
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.settings.backoff_max)
+            if index == 0:  # every broker tried once more: wait longer before the next round
+                backoff = min(backoff * 2, self.settings.backoff_max)
 
     async def _session(self) -> None:
         client = self._client()
@@ -238,10 +355,17 @@ class MqttSink:
             self.last_error = None
             if self._ever_connected:
                 self.reconnects += 1
+                # A restarted broker (or another node) may lack our retained topics: send them
+                # all again, at a bounded rate; ones offered meanwhile go first, as new.
+                pending = self._pending_retained
+                self._resend = {t: m for t, m in self._retained.items() if t not in pending}
             self._ever_connected = True
-            logger.info("MQTT connected to %s:%d", self.address.host, self.address.port)
-            # A restarted broker may have lost its retained store: send them all again.
-            self._pending_retained = {**self._retained, **self._pending_retained}
+            logger.info(
+                "MQTT connected to %s:%d as %r",
+                self.address.host,
+                self.address.port,
+                self.client_id,
+            )
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._watch(client))
                 group.create_task(self._drain(client))
@@ -257,6 +381,10 @@ class MqttSink:
                 retain=self._will.retain,
                 properties=self._properties_for(self._will),
             )
+        properties = None
+        if self._v5 and settings.session_expiry > 0:
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            properties.SessionExpiryInterval = settings.session_expiry
         return aiomqtt.Client(
             self.address.host,
             self.address.port,
@@ -266,6 +394,8 @@ class MqttSink:
             protocol=_PROTOCOLS[settings.protocol],
             will=will,
             keepalive=settings.keepalive,
+            clean_session=None if self._v5 else settings.session_expiry == 0,
+            properties=properties,
             timeout=settings.timeout,
             tls_context=self._tls,
             logger=logger,
@@ -278,22 +408,41 @@ class MqttSink:
         async for _ in client.messages:
             pass
 
+    def _next(self, now: float) -> MqttMessage | float | None:
+        """The message to publish now, else how long until a resend is due (None: nothing)."""
+        pending_retained = self._pending_retained
+        if pending_retained:
+            return pending_retained.pop(next(iter(pending_retained)))
+        if self._priority:
+            return self._priority.popleft()
+        resend = self._resend
+        if resend and self._resend_bucket.take(now):
+            return resend.pop(next(iter(resend)))
+        if self._outbox:
+            return self._outbox.popleft()
+        return self._resend_bucket.wait(now) if resend else None
+
     async def _drain(self, client: aiomqtt.Client) -> None:
-        outbox = self._outbox
         while True:
-            pending_retained = self._pending_retained
-            if pending_retained:
-                topic = next(iter(pending_retained))
-                message = pending_retained.pop(topic)
-            elif outbox:
-                message = outbox.popleft()
-            else:
-                self._drained.set()
+            message = self._next(time.monotonic())
+            if not isinstance(message, MqttMessage):
+                if message is None:
+                    self._drained.set()
                 self._wakeup.clear()
-                await self._wakeup.wait()
+                if message is None:
+                    await self._wakeup.wait()
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), message)
                 continue
             self._busy = True
             try:
+                cap = self._cap
+                if cap is not None:
+                    delay = cap.wait(time.monotonic())
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    cap.spend(time.monotonic())
                 await client.publish(
                     message.topic,
                     message.payload,
@@ -332,10 +481,11 @@ class MqttSink:
         """Put back a message the broker did not take (retained ones are re-sent anyway)."""
         if message.retain:
             return
-        if len(self._outbox) == self._outbox.maxlen:
+        queue = self._outbox if is_sample(message) else self._priority
+        if len(queue) == queue.maxlen:
             self.dropped += 1
         else:
-            self._outbox.appendleft(message)
+            queue.appendleft(message)
 
     def _properties_for(self, message: MqttMessage) -> Properties | None:
         if not self._v5 or (message.content_type is None and not message.user_properties):

@@ -1,0 +1,196 @@
+"""``record`` as a fleet member, end to end: a simulated PX4 over UDP, a real mosquitto.
+
+Finished logs are announced on ``meta/log_finished`` and uploaded by a real command; two
+recorders on one host with default settings publish into two trees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import socket
+from typing import TYPE_CHECKING
+
+import pytest
+from daemon.support import Process, make_flight, recordings, subscriber
+from waiting import eventually
+
+from ulogstream.demo import free_udp_port
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mqtt.conftest import Broker
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(90)]
+
+
+def record(
+    tmp_path: Path, port: int, out: Path, mosquitto: Broker, *extra: str, name: str = "record"
+) -> Process:
+    return Process(
+        [
+            "record", f"udpin:127.0.0.1:{port}", "--once", "--out", str(out),
+            "--mqtt", mosquitto.url, "--idle-timeout", "0.5", "--no-status", *extra,
+        ],
+        tmp_path,
+        name=name,
+    )  # fmt: skip
+
+
+def fly(tmp_path: Path, flight: Path, port: int, name: str = "sim") -> Process:
+    return Process(
+        ["sim", str(flight), f"udpout:127.0.0.1:{port}", "--rate", "usb"], tmp_path, name=name
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_finished_log_is_announced_and_uploaded_by_the_command(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    install = shutil.which("install")
+    if install is None:
+        pytest.skip("coreutils' install is not on PATH")
+    flight = make_flight(tmp_path, duration_s=2.0, seed=8)
+    port = free_udp_port()
+    out, remote = tmp_path / "recordings", tmp_path / "remote"
+    command = f"{install} -D {{path}} {remote}/{{vehicle}}/{{date}}/{{name}}"
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/#") as messages:
+        recorder = record(
+            tmp_path, port, out, mosquitto, "--vehicle-id", "uav7", "--set",
+            f"upload.command={command}",
+        )  # fmt: skip
+        processes.append(recorder)
+        await recorder.await_line("listening on")
+        sim = fly(tmp_path, flight.path, port)
+        processes.append(sim)
+        assert await recorder.await_exit(limit=60) == 0
+        assert await sim.await_exit() == 0
+
+        def announced() -> list[dict[str, object]]:
+            topic = "ulogstream/uav7/meta/log_finished"
+            return [json.loads(m.payload) for m in messages if m.topic == topic]
+
+        await eventually(lambda: len(announced()) == 1, what="no meta/log_finished")
+
+    (log,) = recordings(out)
+    event = announced()[0]
+    assert event["path"] == str(log)
+    assert event["size"] == log.stat().st_size
+    assert event["sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
+    assert event["vehicle"] == "uav7"
+    assert isinstance(event["complete"], bool)
+    assert str(event["start_time"]).startswith(log.parent.name + "T")
+    copy = remote / "uav7" / log.parent.name / log.name
+    assert copy.read_bytes() == log.read_bytes()
+    stderr = recorder.stderr()
+    assert f"uploaded {log}" in stderr
+    assert all(not m.retain for m in messages if m.topic.endswith("log_finished"))
+
+
+@pytest.mark.asyncio
+async def test_two_recorders_on_one_host_publish_into_two_trees_by_default(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    flight = make_flight(tmp_path, duration_s=2.0, seed=9)
+    ports = [free_udp_port(), free_udp_port()]
+    host = socket.gethostname().split(".")[0]
+    expected = {f"{host}-udpin-127.0.0.1-{port}" for port in ports}
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/status") as got:
+        recorders = [
+            record(tmp_path, port, tmp_path / f"out{i}", mosquitto, name=f"record{i}")
+            for i, port in enumerate(ports)
+        ]
+        processes.extend(recorders)
+        for recorder in recorders:
+            await recorder.await_line("MQTT connected")
+        sims = [fly(tmp_path, flight.path, port, f"sim{i}") for i, port in enumerate(ports)]
+        processes.extend(sims)
+        for recorder in recorders:
+            assert await recorder.await_exit(limit=60) == 0
+
+        def vehicles() -> set[str]:
+            return {m.topic.split("/")[1] for m in got}
+
+        await eventually(lambda: vehicles() == expected, what="not two vehicle trees")
+
+    for recorder, port in zip(recorders, ports, strict=True):
+        text = recorder.stderr()
+        vehicle = f"{host}-udpin-127.0.0.1-{port}"
+        assert f"MQTT vehicle id '{vehicle}' (mqtt.vehicle_id default)" in text
+        assert f"client id 'ulogstream-{vehicle}'" in text
+        assert text.count("MQTT connected") == 1  # the two never took each other's session
+
+
+@pytest.mark.asyncio
+async def test_a_sys_uuid_vehicle_id_is_learnt_from_a_log_and_used_from_the_next_start(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    flight = make_flight(tmp_path, duration_s=1.5, seed=10)
+    uuid = "000600000000383233333039510700340029"  # in the sim's PX4 info
+    port = free_udp_port()
+    host = socket.gethostname().split(".")[0]
+    out = tmp_path / "recordings"
+    stand_in = f"px4-{host}-udpin-127.0.0.1-{port}"
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/status") as got:
+        stderr: list[str] = []
+        for run in range(2):
+            recorder = record(
+                tmp_path, port, out, mosquitto, "--vehicle-id", "px4-{sys_uuid}", name=f"r{run}"
+            )
+            processes.append(recorder)
+            await recorder.await_line("listening on")
+            sim = fly(tmp_path, flight.path, port, f"sim{run}")
+            processes.append(sim)
+            assert await recorder.await_exit(limit=60) == 0
+            assert await sim.await_exit() == 0
+            stderr.append(recorder.stderr())
+        first, second = stderr
+        await eventually(
+            lambda: {m.topic.split("/")[1] for m in got} == {stand_in, f"px4-{uuid}"},
+            what="not the stand-in id, then the sys_uuid one",
+        )
+
+    assert f"MQTT vehicle id '{stand_in}'" in first
+    assert "sys_uuid not known yet" in first
+    assert f"becomes 'px4-{uuid}' at the next start" in first
+    assert f"MQTT vehicle id 'px4-{uuid}'" in second
+    assert f"sys_uuid {uuid} from the last log" in second
+    assert "becomes" not in second
+    assert (out / ".sys_uuid").read_text().strip() == uuid
+
+
+@pytest.mark.asyncio
+async def test_record_keeps_under_the_message_cap_and_counts_what_it_dropped(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    cap = 50
+    flight = make_flight(tmp_path, duration_s=3.0, seed=11)
+    port = free_udp_port()
+    out = tmp_path / "recordings"
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/capped/#") as got:
+        recorder = record(
+            tmp_path, port, out, mosquitto, "--vehicle-id", "capped", "--mqtt-rate", "0",
+            "--set", f"mqtt.max_messages_per_s={cap}",
+        )  # fmt: skip
+        processes.append(recorder)
+        await recorder.await_line("listening on")
+        sim = fly(tmp_path, flight.path, port)
+        processes.append(sim)
+        assert await recorder.await_exit(limit=60) == 0
+        assert await sim.await_exit() == 0
+
+        def final_status() -> dict[str, object] | None:
+            statuses = [m for m in got if m.topic == "ulogstream/capped/meta/status"]
+            value = json.loads(statuses[-1].payload) if statuses else None
+            return value if isinstance(value, dict) and value.get("online") is False else None
+
+        await eventually(lambda: final_status() is not None, what="no final status")
+
+    status = final_status()
+    assert status is not None
+    assert int(str(status["mqtt_capped"])) > 0
+    (log,) = recordings(out)
+    assert log.read_bytes() == flight.data  # the cap never touches the recording
+    assert any(m.topic == "ulogstream/capped/meta/info" for m in got)  # retained never dropped

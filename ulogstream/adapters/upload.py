@@ -1,0 +1,423 @@
+"""Finished logs leave the vehicle: described (size, SHA-256), announced, then uploaded.
+
+:class:`LogShipper` takes each finished log from the event loop without waiting
+(:meth:`LogShipper.offer`) and works in two stages, each behind a bounded queue:
+
+1. describe: the SHA-256 is computed in a thread (a 100 MB log takes a while) and the
+   :class:`FinishedLogInfo` handed to ``announce`` (the daemon publishes it on MQTT);
+2. upload (only with ``upload.command``): the command is run as a subprocess, without a shell,
+   with the placeholders filled into each of its words; a run that fails or outlasts
+   ``timeout_s`` is retried with a doubling backoff, ``attempts`` times in all. Each outcome is one
+   log line and a counter (:attr:`LogShipper.uploaded`, :attr:`LogShipper.failed`,
+   :attr:`LogShipper.skipped`).
+
+Nothing here touches a ``.part`` file: only logs already finished (renamed to ``.ulg``) arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ulogstream.config import SettingError, UploadSettings, upload_command
+from ulogstream.errors import ConfigError, ULogFormatError
+from ulogstream.ulog.events import DefinitionsEnd, Info
+from ulogstream.ulog.parser import ULogParser
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 600.0
+"""Longest wait between two runs of the upload command for one log."""
+
+DESCRIBE_QUEUE = 1000
+"""Finished logs waiting for their checksum; more are announced without one."""
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TIME = re.compile(r"^(\d{2})_(\d{2})_(\d{2})")
+_HASH_CHUNK = 1 << 20
+_HEADER_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishedLogInfo:
+    """What is announced about one finished log (``meta/log_finished``).
+
+    Attributes:
+        path: The ``.ulg`` file.
+        size: Bytes in it.
+        sha256: Its SHA-256 in hex (None when it could not be read).
+        sys_uuid: The autopilot's ``sys_uuid`` from the log's information (None: not in it).
+        start_time: UTC start of the log from its file name, ISO 8601 (None if not named so).
+        date: The UTC date of the log, ``YYYY-MM-DD`` (the ``{date}`` placeholder).
+        vehicle: The vehicle id it was recorded for.
+        complete: Whether the log ended with the vehicle's end of stream.
+        how: How it ended, in words.
+    """
+
+    path: Path
+    size: int
+    sha256: str | None
+    sys_uuid: str | None
+    start_time: str | None
+    date: str
+    vehicle: str
+    complete: bool
+    how: str
+
+    def as_json(self) -> dict[str, str | int | bool | None]:
+        """The announcement's JSON object."""
+        return {
+            "path": str(self.path),
+            "name": self.path.name,
+            "size": self.size,
+            "sha256": self.sha256,
+            "sys_uuid": self.sys_uuid,
+            "start_time": self.start_time,
+            "vehicle": self.vehicle,
+            "complete": self.complete,
+            "how": self.how,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Finished:
+    path: Path
+    size: int
+    vehicle: str
+    how: str
+    announce: Callable[[FinishedLogInfo], None] | None
+    sys_uuid_file: Path | None
+
+
+def read_sys_uuid(path: Path) -> str | None:
+    """The ``sys_uuid`` information of the ULog file at ``path`` (blocking; reads its header).
+
+    Returns:
+        The value as text, or None when the header has none or cannot be read.
+    """
+    parser = ULogParser()
+    try:
+        with path.open("rb") as file:
+            while chunk := file.read(_HEADER_CHUNK):
+                for event in parser.receive_bytes(chunk):
+                    if type(event) is Info and event.key == "sys_uuid":
+                        value = event.value
+                        text = value.hex() if isinstance(value, bytes) else str(value)
+                        return text.strip("\x00 ") or None
+                    if type(event) is DefinitionsEnd:
+                        return None
+    except (OSError, ULogFormatError):
+        return None
+    return None
+
+
+def remember_sys_uuid(state: Path, sys_uuid: str) -> bool:
+    """Write ``sys_uuid`` to ``state`` unless it holds it already (blocking).
+
+    Returns:
+        Whether the file changed.
+    """
+    with contextlib.suppress(OSError):
+        if state.read_text(encoding="utf-8").strip() == sys_uuid:
+            return False
+    try:
+        state.parent.mkdir(parents=True, exist_ok=True)
+        temporary = state.with_name(state.name + ".tmp")
+        temporary.write_text(sys_uuid + "\n", encoding="utf-8")
+        temporary.replace(state)
+    except OSError as err:
+        logger.warning("cannot remember the autopilot's sys_uuid in %s: %s", state, err.strerror)
+        return False
+    return True
+
+
+def recalled_sys_uuid(state: Path) -> str | None:
+    """The ``sys_uuid`` :func:`remember_sys_uuid` wrote to ``state`` (None: none yet)."""
+    try:
+        return state.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of the file at ``path`` in hex (blocking: call it in a thread)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe(
+    path: Path, size: int, *, vehicle: str, how: str, sys_uuid_file: Path | None = None
+) -> FinishedLogInfo:
+    """Describe a finished log (blocking: reads the whole file for the checksum).
+
+    With ``sys_uuid_file``, the log's ``sys_uuid`` is remembered there for the next start.
+    """
+    try:
+        sha256: str | None = sha256_of(path)
+    except OSError as err:
+        logger.warning("cannot read %s for its checksum: %s", path, err.strerror)
+        sha256 = None
+    date = path.parent.name
+    start_time = None
+    clock = _TIME.match(path.stem)
+    if _DATE.match(date) and clock is not None:
+        start_time = f"{date}T{clock[1]}:{clock[2]}:{clock[3]}Z"
+    else:
+        with contextlib.suppress(OSError):
+            date = datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%d")
+        if not _DATE.match(date):
+            date = datetime.now(UTC).strftime("%Y-%m-%d")
+    sys_uuid = read_sys_uuid(path)
+    if sys_uuid is not None and sys_uuid_file is not None:
+        remember_sys_uuid(sys_uuid_file, sys_uuid)
+    return FinishedLogInfo(
+        path=path,
+        size=size,
+        sha256=sha256,
+        sys_uuid=sys_uuid,
+        start_time=start_time,
+        date=date,
+        vehicle=vehicle,
+        complete=how.startswith("complete"),
+        how=how,
+    )
+
+
+async def _kill(process: asyncio.subprocess.Process) -> None:
+    """Kill ``process`` and everything it started (its process group), then reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
+
+
+class LogShipper:
+    """Describes, announces and (with a command) uploads finished logs, off the event loop's path.
+
+    Args:
+        settings: The ``[upload]`` settings.
+
+    Raises:
+        ConfigError: ``settings.command`` cannot be used.
+    """
+
+    def __init__(self, settings: UploadSettings) -> None:
+        self.settings = settings
+        try:
+            self._words = None if settings.command is None else upload_command(settings.command)
+        except SettingError as err:
+            raise ConfigError(str(err)) from None
+        self._describe: asyncio.Queue[_Finished] = asyncio.Queue(DESCRIBE_QUEUE)
+        self._uploads: asyncio.Queue[FinishedLogInfo] = asyncio.Queue(settings.queue_size)
+        self._uploading = 0
+        self.uploaded = 0
+        """Logs whose command succeeded."""
+        self.failed = 0
+        """Logs given up after every attempt failed."""
+        self.skipped = 0
+        """Logs not uploaded because the queue was full."""
+        self.announced = 0
+        """Finished logs handed to their ``announce``."""
+        self.last_error: str | None = None
+        """Why the last failed run failed."""
+
+    @property
+    def uploads(self) -> bool:
+        """Whether an upload command is set."""
+        return self._words is not None
+
+    @property
+    def backlog(self) -> int:
+        """Logs waiting for (or in) their upload."""
+        return self._uploads.qsize() + self._uploading
+
+    def offer(
+        self,
+        path: Path,
+        size: int,
+        *,
+        vehicle: str,
+        how: str,
+        announce: Callable[[FinishedLogInfo], None] | None = None,
+        sys_uuid_file: Path | None = None,
+    ) -> None:
+        """Take a finished log without waiting; ``announce`` gets its description.
+
+        With ``sys_uuid_file``, the log's ``sys_uuid`` is remembered there (see
+        :func:`remember_sys_uuid`).
+        """
+        try:
+            item = _Finished(path, size, vehicle, how, announce, sys_uuid_file)
+            self._describe.put_nowait(item)
+        except asyncio.QueueFull:
+            logger.warning(
+                "too many finished logs waiting: %s is neither announced nor uploaded", path
+            )
+            self.skipped += 1
+
+    async def wait_described(self) -> None:
+        """Wait until every offered log was announced (bound it with asyncio.timeout)."""
+        await self._describe.join()
+
+    async def wait_idle(self) -> None:
+        """Wait until every offered log was announced and uploaded or given up (bound it)."""
+        await self._describe.join()
+        await self._uploads.join()
+
+    async def run(self) -> None:
+        """Describe and upload for ever (until cancelled)."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._describe_loop())
+            if self._words is not None:
+                group.create_task(self._upload_loop(self._words))
+
+    async def _describe_loop(self) -> None:
+        while True:
+            item = await self._describe.get()
+            try:
+                info = await asyncio.to_thread(
+                    describe,
+                    item.path,
+                    item.size,
+                    vehicle=item.vehicle,
+                    how=item.how,
+                    sys_uuid_file=item.sys_uuid_file,
+                )
+                if item.announce is not None:
+                    item.announce(info)
+                    self.announced += 1
+                if self._words is not None:
+                    try:
+                        self._uploads.put_nowait(info)
+                    except asyncio.QueueFull:
+                        self.skipped += 1
+                        logger.warning(
+                            "upload queue full (%d logs): %s is not uploaded",
+                            self.settings.queue_size,
+                            info.path,
+                        )
+            finally:
+                self._describe.task_done()
+
+    async def _upload_loop(self, words: list[str]) -> None:
+        while True:
+            info = await self._uploads.get()
+            self._uploading = 1
+            try:
+                await self._upload(words, info)
+            except asyncio.CancelledError:
+                left = 1 + self._uploads.qsize()
+                logger.warning(
+                    "stopping: %d log(s) not uploaded, the first %s (the files stay)",
+                    left,
+                    info.path,
+                )
+                raise
+            finally:
+                self._uploading = 0
+                self._uploads.task_done()
+
+    async def _upload(self, words: list[str], info: FinishedLogInfo) -> None:
+        settings = self.settings
+        values = {
+            "path": str(info.path),
+            "name": info.path.name,
+            "stem": info.path.stem,
+            "vehicle": info.vehicle,
+            "date": info.date,
+            "sha256": info.sha256 or "",
+        }
+        argv = [word.format_map(values) for word in words]
+        backoff = settings.backoff_s
+        for attempt in range(1, settings.attempts + 1):
+            if not info.path.exists():
+                logger.warning("upload of %s skipped: the file no longer exists", info.path)
+                self.skipped += 1
+                return
+            started = time.monotonic()
+            error = await self._run(argv)
+            elapsed = time.monotonic() - started
+            if error is None:
+                self.uploaded += 1
+                logger.info(
+                    "uploaded %s (%d bytes) with %s in %.1f s",
+                    info.path,
+                    info.size,
+                    argv[0],
+                    elapsed,
+                )
+                if settings.delete_after_upload:
+                    await self._delete(info.path)
+                return
+            self.last_error = error
+            if attempt == settings.attempts:
+                self.failed += 1
+                logger.error(
+                    "upload of %s failed %d time(s), given up (the file stays): %s",
+                    info.path,
+                    attempt,
+                    error,
+                )
+                return
+            logger.warning(
+                "upload of %s failed (attempt %d of %d): %s; retrying in %.0f s",
+                info.path,
+                attempt,
+                settings.attempts,
+                error,
+                backoff,
+            )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def _run(self, argv: list[str]) -> str | None:
+        """Run ``argv`` once; None when it succeeded, else why not (one line)."""
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a kill reaches its children
+            )
+        except OSError as err:
+            return f"cannot run {argv[0]}: {err.strerror}"
+        try:
+            async with asyncio.timeout(self.settings.timeout_s):
+                output, _ = await process.communicate()
+        except TimeoutError:
+            await _kill(process)
+            return f"{argv[0]} took longer than {self.settings.timeout_s:g} s and was killed"
+        except BaseException:  # cancelled (stopping): never leave the command running
+            if process.returncode is None:
+                await _kill(process)
+            raise
+        if process.returncode == 0:
+            return None
+        lines = output.decode(errors="replace").strip().splitlines()
+        said = f": {lines[-1][:200]}" if lines else ""
+        return f"{argv[0]} exited with {process.returncode}{said}"
+
+    @staticmethod
+    async def _delete(path: Path) -> None:
+        try:
+            await asyncio.to_thread(path.unlink)
+        except OSError as err:
+            logger.warning("cannot delete uploaded %s: %s", path, err.strerror)
+        else:
+            logger.info("deleted %s after its upload", path)
