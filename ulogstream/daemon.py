@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -66,14 +67,14 @@ from ulogstream.stream import (
     WriteUlog,
 )
 from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1
-from ulogstream.ulog.events import DataRows, ULogEvent
-from ulogstream.ulog.parser import ULogParser
+from ulogstream.ulog.parser import RowSelection, ULogParser
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable, Coroutine, Sequence
     from pathlib import Path
 
     from ulogstream.adapters.transport import Transport
+    from ulogstream.ulog.events import Subscription, ULogEvent
 
 logger = logging.getLogger("ulogstream")
 
@@ -106,6 +107,22 @@ SYS_UUID_FILE = ".sys_uuid"
 
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
+
+DECODE_DELAY_S = 0.005
+"""With MQTT, the longest a written row waits before it is decoded (and maybe published).
+
+Several datagrams are decoded in one go instead of one callback per datagram; longer delays
+save little more CPU and add their whole length to the arrival-to-publish latency
+(``tests/bench/bench_live.py --parts 1 --decode-delay S``)."""
+
+DECODE_SLICE_S = 0.0005
+"""Longest piece of decoding and publishing work before the loop serves the link again."""
+
+DECODE_SLICE_BYTES = 4096
+"""Most bytes handed to the parser at once (the work of one slice is checked between them)."""
+
+FRAMING_BATCH_BYTES = 16384
+"""Without a live consumer, the backlog is framed (for the counters) once it holds this much."""
 
 ANNOUNCE_WAIT_S = 3.0
 """At a stop, the longest wait for the last finished logs' checksums and announcements."""
@@ -149,6 +166,8 @@ class RecorderStatus:
     bad_frames: int = 0
     link_reconnects: int = 0
     parser_errors: int = 0
+    rows_decoded: int = 0
+    """Logged rows decoded for live consumers (none when only recording)."""
     mqtt_connected: bool = False
     mqtt_published: int = 0
     mqtt_dropped: int = 0
@@ -181,6 +200,12 @@ class Publisher:
             messages = select(event, now)
             if messages:
                 offer_all(messages)
+
+    def event(self, event: ULogEvent, now: float) -> None:
+        """Offer what one event causes (the pipeline's per-event loop with Foxglove on)."""
+        messages = self.policy.select(event, now)
+        if messages:
+            self.sink.offer_all(messages)
 
     def offer(self, messages: list[MqttMessage]) -> None:
         """Queue retained or status messages."""
@@ -227,6 +252,11 @@ class Pipeline:
         self._send: Callable[[bytes], None] = _drop
         self._parser: ULogParser | None = None
         self._decode_backlog: list[bytes] = []
+        self._backlog_bytes = 0
+        self._rows_decoded = 0
+        """Rows decoded by the parsers of finished logs."""
+        self._pending_events: deque[ULogEvent] = deque()
+        """Parser events not yet offered to the publisher (a slice ran out of time)."""
         self._decode_scheduled = False
         self._decode_now = 0.0
         """Receive time of the newest backlog chunk: the publish policy's clock for it."""
@@ -365,82 +395,182 @@ class Pipeline:
         self.files.write(data)
         if self._parser is None:
             return
-        # Decoding waits until the link has no more data ready (call_soon runs once the receive
-        # loop suspends), so the acks of a burst of datagrams never queue behind it.
         self._decode_backlog.append(data)
+        self._backlog_bytes += len(data)
         self._decode_now = now
+        # Decoding never runs per datagram: with a live consumer it runs DECODE_DELAY_S after
+        # the first undecoded write, so the backlog of many datagrams is framed and decoded in
+        # one go (fewer, larger batches per topic) and the acks that arrive meanwhile go first;
+        # without one only the status counters need the framing, once enough bytes are waiting.
         if not self._decode_scheduled:
-            self._decode_scheduled = True
-            try:
-                asyncio.get_running_loop().call_soon(self.decode_backlog)
-            except RuntimeError:  # driven without an event loop (benchmarks): decode at once
-                self.decode_backlog()
+            if self.publisher is not None:
+                self._schedule_decode(DECODE_DELAY_S)
+            elif self._backlog_bytes >= FRAMING_BATCH_BYTES:
+                self._schedule_decode()
+
+    def _schedule_decode(self, delay: float = 0.0) -> None:
+        self._decode_scheduled = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # driven without an event loop (benchmarks): decode at once
+            self._decode_scheduled = False
+            self._drain_backlog()
+            return
+        if delay > 0:
+            loop.call_later(delay, self.decode_backlog)
+        else:
+            loop.call_soon(self.decode_backlog)
 
     def decode_backlog(self) -> None:
-        """Feed the bytes written since the last call to the parser, and their events onward."""
+        """Feed the bytes written so far to the parser and their events onward, in slices.
+
+        A call stops after about :data:`DECODE_SLICE_S` of work and asks the loop to call it
+        again, so datagrams (and their acks) that arrive meanwhile go first.
+        """
         self._decode_scheduled = False
-        backlog, self._decode_backlog = self._decode_backlog, []
-        parser = self._parser
-        if parser is None or not backlog:
-            return
-        try:
-            events = parser.receive_bytes(backlog[0] if len(backlog) == 1 else b"".join(backlog))
-        except ULogFormatError as err:
-            # Keep recording: the file is the truth; only live decoding stops for this log.
-            self._parser = None
-            self.status.parser_errors += 1
-            logger.error("live decoding stopped for this log: %s (recording goes on)", err)  # noqa: TRY400 (one line, no traceback: the input is bad, not the code)
-            return
-        self._count(events)
+        if not self._decode_some(time.perf_counter() + DECODE_SLICE_S):
+            self._schedule_decode()
+
+    def _drain_backlog(self) -> None:
+        """Decode everything written so far at once (the end of a log, status counters)."""
+        self._decode_some(math.inf)
+
+    def _decode_some(self, deadline: float) -> bool:
+        """Work through pending events and the backlog until ``deadline``; True when done."""
+        clock = time.perf_counter
+        while True:
+            if self._pending_events and not self._offer_events(deadline):
+                return False
+            parser = self._parser
+            if parser is None or not self._decode_backlog:
+                self._decode_backlog.clear()
+                self._backlog_bytes = 0
+                return True
+            chunk = self._take_slice()
+            try:
+                events = parser.receive_bytes(chunk)
+            except ULogFormatError as err:
+                # Keep recording: the file is the truth; only live decoding stops for this log.
+                self._count()
+                self._rows_decoded += parser.decoded_rows
+                self._parser = None
+                self.status.parser_errors += 1
+                logger.error("live decoding stopped for this log: %s (recording goes on)", err)  # noqa: TRY400 (one line, no traceback: the input is bad, not the code)
+                continue
+            if (self.publisher is not None or self.foxglove is not None) and events:
+                self._pending_events.extend(events)
+            if clock() >= deadline:
+                return not self._pending_events and not self._decode_backlog
+
+    def _take_slice(self) -> bytes:
+        """The oldest written bytes, up to about :data:`DECODE_SLICE_BYTES`."""
+        backlog = self._decode_backlog
+        if self._backlog_bytes <= DECODE_SLICE_BYTES:
+            chunk = backlog[0] if len(backlog) == 1 else b"".join(backlog)
+            backlog.clear()
+            self._backlog_bytes = 0
+            return chunk
+        size = 0
+        for taken, data in enumerate(backlog, 1):  # noqa: B007 (taken is used after the loop)
+            size += len(data)
+            if size >= DECODE_SLICE_BYTES:
+                break
+        chunk = b"".join(backlog[:taken])
+        del backlog[:taken]
+        self._backlog_bytes -= size
+        return chunk
+
+    def _offer_events(self, deadline: float) -> bool:
+        """Pending parser events to the publisher until ``deadline``; True when none are left."""
         publisher = self.publisher
-        if publisher is not None:
-            now = self._decode_now
-            publisher.events(events, now)
-            # Held samples of paused topics come due between timer ticks: send them now.
-            deadline = publisher.policy.next_deadline()
-            if deadline is not None and deadline <= now:
-                publisher.offer(publisher.policy.flush_due(now))
         foxglove = self.foxglove
-        if foxglove is not None:
-            now = self._decode_now
-            foxglove.events(events, now)
-            deadline = foxglove.policy.next_deadline()
-            if deadline is not None and deadline <= now:
-                foxglove.offer(foxglove.policy.flush_due(now))
+        pending = self._pending_events
+        if publisher is None and foxglove is None:
+            pending.clear()
+            return True
+        now = self._decode_now
+        clock = time.perf_counter
+        popleft = pending.popleft
+        if foxglove is None:
+            assert publisher is not None  # noqa: S101 (both None returned above)
+            select, offer_all = publisher.policy.select, publisher.sink.offer_all
+            while pending:
+                messages = select(popleft(), now)
+                if messages:
+                    offer_all(messages)
+                if clock() >= deadline:
+                    break
+        else:
+            # The Foxglove view takes the same events after MQTT (one decoding for both).
+            handlers = [o.event for o in (publisher, foxglove) if o is not None]
+            while pending:
+                event = popleft()
+                for handle in handlers:
+                    handle(event, now)
+                if clock() >= deadline:
+                    break
+        # Held samples of paused topics come due between timer ticks: send them now.
+        for outlet in (publisher, foxglove):
+            if outlet is None:
+                continue
+            policy = outlet.policy
+            due = policy.next_deadline()
+            if due is not None and due <= now:
+                held = policy.flush_due(now)
+                if held:
+                    outlet.offer(held)
+        return not pending
+
+    def _new_parser(self) -> ULogParser:
+        """A parser for a new log: it decodes only rows MQTT or Foxglove can send (none without)."""
+        selectors = [o.policy.rows_for for o in (self.publisher, self.foxglove) if o is not None]
+        if not selectors:
+            return ULogParser(rows=_no_rows)
+        if len(selectors) == 1:
+            return ULogParser(rows=selectors[0])
+        return ULogParser(rows=partial(_widest_rows, selectors))
 
     def _close_parser(self, now: float) -> None:
         """Decode what is left of the current log, then end its parser."""
-        self.decode_backlog()
-        if self._parser is None:
+        self._drain_backlog()
+        parser = self._parser
+        if parser is None:
             return
-        events = self._parser.close()
+        events = parser.close()
+        self._count()
+        self._rows_decoded += parser.decoded_rows
         self._parser = None
-        self._count(events)
         if self.publisher is not None:
             self.publisher.events(events, now)
         if self.foxglove is not None:
             self.foxglove.events(events, now)
 
-    def _count(self, events: list[ULogEvent]) -> None:
+    def _count(self) -> None:
+        """The status's topic counters from the parser's framing (every row, decoded or not)."""
+        parser = self._parser
+        if parser is None:
+            return
+        self.status.rows_decoded = self._rows_decoded + parser.decoded_rows
         topics = self.status.topics
-        for event in events:
-            if type(event) is DataRows:
-                sub = event.subscription
-                key = (sub.name, sub.multi_id)
-                stats = topics.get(key)
-                if stats is None:
-                    stats = topics[key] = TopicStats()
-                stamps = event.timestamps_us
-                if len(stamps):
-                    if not stats.samples:
-                        stats.first_timestamp_us = int(stamps[0])
-                    stats.last_timestamp_us = int(stamps[-1])
-                stats.samples += len(event.rows)
+        topics.clear()
+        for count in parser.topic_counts():
+            if not count.samples:
+                continue
+            sub = count.subscription
+            key = (sub.name, sub.multi_id)
+            stats = topics.get(key)
+            if stats is None:
+                topics[key] = TopicStats(
+                    count.samples, count.first_timestamp_us, count.last_timestamp_us
+                )
+            else:  # the instance was subscribed again under another msg_id
+                stats.samples += count.samples
+                stats.last_timestamp_us = count.last_timestamp_us
 
     def _log_started(self, timestamp_us: int, now: float) -> None:
         self._close_parser(now)
         self.status.topics.clear()
-        self._parser = ULogParser()
+        self._parser = self._new_parser()
         self._log_id = self.files.start_log()  # the file is created by the worker, in order
         self._log_timestamp_us = timestamp_us
         # Now, before any of the log is decoded: the file's name comes later from the worker,
@@ -521,6 +651,13 @@ class Pipeline:
         status.bytes_total = counters.bytes_written
         status.log_bytes = self.files.log_bytes if self.files.log_open else 0
         status.bad_frames = self.codec.bad_frames
+        if self._parser is not None:
+            # Frame what the counters have not seen, within one slice (the rest comes soon).
+            if not self._decode_scheduled and not self._decode_some(
+                time.perf_counter() + DECODE_SLICE_S
+            ):
+                self._schedule_decode()
+            self._count()
         if self.publisher is not None:
             sink = self.publisher.sink
             status.mqtt_connected = sink.connected
@@ -529,6 +666,23 @@ class Pipeline:
             status.mqtt_unpublishable = sink.unpublishable
             status.mqtt_reconnects = sink.reconnects
             status.mqtt_capped = sink.capped
+
+
+_ROW_SELECTION_WIDTH = {RowSelection.NONE: 0, RowSelection.NEWEST: 1, RowSelection.ALL: 2}
+
+
+def _widest_rows(
+    selectors: Sequence[Callable[[Subscription], RowSelection]], subscription: Subscription
+) -> RowSelection:
+    """The rows every one of ``selectors`` needs: one decoding serves MQTT and Foxglove."""
+    choices = [select(subscription) for select in selectors]
+    widest: RowSelection = max(choices, key=lambda choice: _ROW_SELECTION_WIDTH[choice])
+    return widest
+
+
+def _no_rows(_subscription: Subscription) -> RowSelection:
+    """The row selector without a live consumer: every 'D' message is framed and counted only."""
+    return RowSelection.NONE
 
 
 def _drop(_data: bytes) -> None:

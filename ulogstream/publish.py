@@ -51,6 +51,7 @@ from ulogstream.ulog.events import (
     Unsubscription,
 )
 from ulogstream.ulog.gps_time import GPS_UTC_TOPICS, first_gps_fix
+from ulogstream.ulog.parser import RowSelection
 from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES, log_level_name
 
 if TYPE_CHECKING:
@@ -546,6 +547,22 @@ class PublishPolicy:
         """The retained status for a clean shutdown (``online`` false, last counters kept)."""
         self._status.update(online=False, state="stopped")
         return self._status_message(now)
+
+    def rows_for(self, subscription: Subscription) -> RowSelection:
+        """The rows of ``subscription`` :meth:`select` can publish (a parser's row selector).
+
+        A capped topic publishes at most the newest row of each batch, so only that one needs
+        decoding; every row at rate 0 and of the GPS topics that anchor the wall clock; none of
+        a topic that is not published. Pass it as ``ULogParser(rows=policy.rows_for)``: what is
+        published stays the same, only ``skipped_samples`` leaves out the rows never decoded.
+        """
+        name = subscription.name
+        settings = self.settings
+        if not settings.publishes(name) or not valid_topic_level(name):
+            return RowSelection.NONE
+        if name in GPS_UTC_TOPICS or settings.rate_for(name) == 0:
+            return RowSelection.ALL
+        return RowSelection.NEWEST
 
     # -- events ------------------------------------------------------------------------------
 

@@ -608,7 +608,13 @@ def count_rows(paths: list[Path]) -> int:
 
 
 async def run_all(
-    tmp: Path, broker: int, broker_pid: int, window: float, *, flush_on_receive: bool
+    tmp: Path,
+    broker: int,
+    broker_pid: int,
+    window: float,
+    *,
+    flush_on_receive: bool,
+    parts: Sequence[str] = ("1", "2", "2b", "3"),
 ) -> None:
     latency_log = tmp / "sitl.ulg"
     usb_log = tmp / "usb.ulg"
@@ -620,12 +626,15 @@ async def run_all(
         f"logs: {flight:.0f} s flight ({latency_log.stat().st_size / 1e6:.1f} MB) for 1, "
         f"{usb_seconds:.0f} s flight ({usb_log.stat().st_size / 1e6:.1f} MB) for 2 and 3"
     )
-    await latency_run(latency_log, broker, tmp, flush_on_receive=flush_on_receive)
-    for title, speed, full_rate in (
-        ("2. recorder subprocess at the USB ceiling", "max", False),
-        ("2b. recorder subprocess at SITL-like load", str(SITL_SPEED), False),
-        ("3. recorder subprocess at the USB ceiling", "max", True),
+    if "1" in parts:
+        await latency_run(latency_log, broker, tmp, flush_on_receive=flush_on_receive)
+    for part, title, speed, full_rate in (
+        ("2", "2. recorder subprocess at the USB ceiling", "max", False),
+        ("2b", "2b. recorder subprocess at SITL-like load", str(SITL_SPEED), False),
+        ("3", "3. recorder subprocess at the USB ceiling", "max", True),
     ):
+        if part not in parts:
+            continue
         await subprocess_run(
             usb_log,
             broker,
@@ -650,13 +659,31 @@ def main() -> None:
         help="in 1, also flush held samples after each received chunk (tries a daemon fix)",
     )
     parser.add_argument("--keep", action="store_true", help="keep and print the temp directory")
+    parser.add_argument(
+        "--parts", nargs="+", choices=["1", "2", "2b", "3"], default=["1", "2", "2b", "3"]
+    )
+    parser.add_argument(
+        "--decode-delay",
+        type=float,
+        help="in 1, seconds the recorder lets written rows wait before decoding them "
+        f"(daemon.DECODE_DELAY_S, default {daemon.DECODE_DELAY_S})",
+    )
     args = parser.parse_args()
+    if args.decode_delay is not None:
+        daemon.DECODE_DELAY_S = args.decode_delay
     print(f"before: {uptime()}")
     tmp = Path(tempfile.mkdtemp(prefix="bench_live-"))
     try:
         with mosquitto(tmp) as (port, pid):
             asyncio.run(
-                run_all(tmp, port, pid, args.window, flush_on_receive=args.flush_on_receive)
+                run_all(
+                    tmp,
+                    port,
+                    pid,
+                    args.window,
+                    flush_on_receive=args.flush_on_receive,
+                    parts=args.parts,
+                )
             )
     finally:
         if args.keep:

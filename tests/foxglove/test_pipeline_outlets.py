@@ -6,6 +6,7 @@ import asyncio
 import io
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pytest
 from bench.bench_receive import recorded_stream
 from waiting import eventually
@@ -13,11 +14,13 @@ from waiting import eventually
 from ulogstream.adapters.file_sink import UlgFileSink
 from ulogstream.adapters.log_files import LogFiles
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
-from ulogstream.daemon import Pipeline, Publisher, RecorderStatus
+from ulogstream.daemon import Pipeline, Publisher, RecorderStatus, _widest_rows
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.publish import PublishPolicy, PublishSettings
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.stream.session import LoggingSession
+from ulogstream.ulog.events import Subscription
+from ulogstream.ulog.parser import RowSelection
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -60,15 +63,28 @@ async def test_the_file_opening_late_does_not_make_the_outlets_forget_the_topics
         half = len(datagrams) // 2
         for number, datagram in enumerate(datagrams[:half]):
             pipeline.receive(datagram, number / 2100)
-        pipeline.decode_backlog()  # decoded before the worker's LogOpened is handled
+        pipeline._drain_backlog()  # decoded before the worker's LogOpened is handled
         await eventually(lambda: status.log_path is not None, what="the log file opened")
         for number, datagram in enumerate(datagrams[half:], half):
             pipeline.receive(datagram, number / 2100)
-        pipeline.decode_backlog()
-        decoded = sum(stats.samples for stats in status.topics.values())
-        assert decoded > 0
-        assert policy.published_samples == decoded
+        pipeline._drain_backlog()
+        pipeline.refresh_status()
+        rows = sum(stats.samples for stats in status.topics.values())
+        assert rows > 0
+        assert status.rows_decoded == rows  # rate 0: every row is decoded
+        assert policy.published_samples == rows
     finally:
         pipeline.abandon(0.0)
         await files.aclose()
         await asyncio.sleep(0)
+
+
+def test_one_decoding_serves_both_outlets_with_the_rows_the_wider_needs() -> None:
+    sub = Subscription(msg_id=1, multi_id=0, name="x", dtype=np.dtype([("timestamp", "<u8")]))
+    capped = PublishPolicy(PublishSettings(vehicle_id="a", rate_hz=10)).rows_for
+    every = PublishPolicy(PublishSettings(vehicle_id="b", rate_hz=0)).rows_for
+    unpublished = PublishPolicy(PublishSettings(vehicle_id="c", exclude=("x",))).rows_for
+    assert capped(sub) is RowSelection.NEWEST
+    assert _widest_rows([capped, every], sub) is RowSelection.ALL
+    assert _widest_rows([unpublished, capped], sub) is RowSelection.NEWEST
+    assert _widest_rows([unpublished, unpublished], sub) is RowSelection.NONE

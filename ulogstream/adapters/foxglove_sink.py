@@ -241,23 +241,26 @@ class FoxgloveSink:
 
     def events(self, events: list[ULogEvent], now: float) -> None:
         """Send what ``events`` cause; never waits (each viewer's backlog drops its oldest)."""
+        for event in events:
+            self.event(event, now)
+
+    def event(self, event: ULogEvent, now: float) -> None:
+        """Send what one event causes."""
         if self._readvertise:
             self._advertise_again()
-        select = self.policy.select
-        for event in events:
-            if type(event) is DataRows:
-                instance = self._by_msg_id.get(event.subscription.msg_id)
-                if (
-                    instance is not None
-                    and not instance.channel.has_sinks()
-                    and instance.name not in GPS_UTC_TOPICS  # the wall clock's anchor
-                ):
-                    continue  # nobody watches: not encoded at all
-            else:
-                self._metadata(event)
-            messages = select(event, now)
-            if messages:
-                self.offer(messages)
+        if type(event) is DataRows:
+            instance = self._by_msg_id.get(event.subscription.msg_id)
+            if (
+                instance is not None
+                and not instance.channel.has_sinks()
+                and instance.name not in GPS_UTC_TOPICS  # the wall clock's anchor
+            ):
+                return  # nobody watches: not encoded at all
+        else:
+            self._metadata(event)
+        messages = self.policy.select(event, now)
+        if messages:
+            self.offer(messages)
 
     def offer(self, messages: list[MqttMessage]) -> None:
         """Send the policy's samples, logged strings and status to their channels."""

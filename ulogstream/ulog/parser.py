@@ -12,6 +12,7 @@ message or the next pair of plausible messages. Both are reported as :class:`Cor
 
 from __future__ import annotations
 
+import enum
 import re
 import struct
 from collections import defaultdict
@@ -131,6 +132,50 @@ _SCALAR_UNPACK_FROM: Final[dict[str, _UnpackScalar]] = {
 }
 
 
+class RowSelection(enum.Enum):
+    """Which rows of a subscription the parser decodes (every 'D' message is framed and counted).
+
+    ``ALL`` decodes every row (the default). ``NEWEST`` decodes only the newest row of each
+    batch (the last 'D' message of the subscription in one :meth:`ULogParser.receive_bytes`
+    call): a rate-capped live consumer publishes at most that one. ``NONE`` decodes nothing and
+    emits no :class:`DataRows`: a recorder without live consumers only counts. In both, the
+    counts of :meth:`ULogParser.topic_counts` still cover every row, and the data timestamp that
+    stamps later info, parameter and dropout events is the newest row's rather than the largest
+    one of the batch (they differ only where a topic's timestamps go back).
+    """
+
+    ALL = "all"
+    NEWEST = "newest"
+    NONE = "none"
+
+
+RowSelector = Callable[[Subscription], RowSelection]
+"""Chooses a subscription's :class:`RowSelection` when the parser meets its 'A' message."""
+
+
+def _all_rows(_subscription: Subscription) -> RowSelection:
+    return RowSelection.ALL
+
+
+class TopicCount:
+    """'D' messages framed for one subscription: how many, and their first and last timestamp.
+
+    Attributes:
+        subscription: The subscription (its msg_id may have been reused since).
+        samples: Rows framed (decoded or not).
+        first_timestamp_us: Timestamp of the first row (0 before any).
+        last_timestamp_us: Timestamp of the newest row (the largest of a batch when decoded).
+    """
+
+    __slots__ = ("first_timestamp_us", "last_timestamp_us", "samples", "subscription")
+
+    def __init__(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        self.samples = 0
+        self.first_timestamp_us = 0
+        self.last_timestamp_us = 0
+
+
 class _BadMessageError(Exception):
     """A framed message whose content cannot be valid (handled as corruption, never escapes)."""
 
@@ -140,10 +185,12 @@ class _Topic:
 
     __slots__ = (
         "compiled",
+        "count",
         "dtype",
         "last_raw",
         "padding",
         "plain_timestamp",
+        "selection",
         "subscription",
         "timestamp",
         "timestamp_offset",
@@ -151,8 +198,12 @@ class _Topic:
         "wraps",
     )
 
-    def __init__(self, subscription: Subscription, compiled: CompiledFormat) -> None:
+    def __init__(
+        self, subscription: Subscription, compiled: CompiledFormat, selection: RowSelection
+    ) -> None:
         self.subscription = subscription
+        self.selection = selection
+        self.count = TopicCount(subscription)
         self.compiled = compiled
         self.wire = compiled.size - compiled.trailing_padding
         self.padding = bytes(compiled.trailing_padding)
@@ -181,14 +232,26 @@ class ULogParser:
             until the end of the call: rows stay in order per subscription, and every event
             stamped with the last data timestamp (info, parameter, dropout) still sees all rows
             before it.
+        rows: Which rows of each subscription to decode (see :class:`RowSelection`); every
+            row by default.
     """
 
-    def __init__(self, *, max_buffered: int = DEFAULT_MAX_BUFFERED, ordered: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        max_buffered: int = DEFAULT_MAX_BUFFERED,
+        ordered: bool = True,
+        rows: RowSelector | None = None,
+    ) -> None:
         if max_buffered < MIN_MAX_BUFFERED:
             msg = f"max_buffered must be at least {MIN_MAX_BUFFERED} bytes, not {max_buffered}"
             raise ValueError(msg)
         self._max_buffered = max_buffered
         self._ordered = ordered
+        self._select_rows = _all_rows if rows is None else rows
+        self._counts: list[TopicCount] = []
+        self.decoded_rows = 0
+        """Rows decoded into :class:`DataRows` so far (all of them unless ``rows`` says less)."""
         self._state = _HEADER_STATE
         self._error: tuple[str, int] | None = None
         self._tail = b""
@@ -221,6 +284,13 @@ class ULogParser:
     def subscriptions(self) -> Mapping[int, Subscription]:
         """Current subscriptions, by msg_id."""
         return MappingProxyType(self._subscriptions)
+
+    def topic_counts(self) -> list[TopicCount]:
+        """Every subscription of the log so far (removed ones too) with its framed rows.
+
+        Rows still held back in a partial message are not counted yet.
+        """
+        return list(self._counts)
 
     @property
     def offset(self) -> int:
@@ -618,7 +688,7 @@ class ULogParser:
         return nxt if ok else -1
 
     def _flush(self, events: list[ULogEvent]) -> None:
-        """Decode the batched 'D' payloads, one DataRows per subscription."""
+        """Count the batched 'D' payloads; decode the chosen rows (one DataRows per msg_id)."""
         batch = self._batch
         if not batch:
             return
@@ -627,27 +697,56 @@ class ULogParser:
         append = events.append
         new_rows = DataRows.__new__
         last = self._last_timestamp
+        every_row = RowSelection.ALL
+        no_row = RowSelection.NONE
+        decoded = self.decoded_rows
         for msg_id, parts in batch.items():
             topic = topics[msg_id]
+            count = topic.count
+            selection = topic.selection
             rows: npt.NDArray[np.void]
             timestamps: npt.NDArray[np.uint64]
-            if not topic.plain_timestamp:
-                rows, timestamps, top = self._decode(topic, parts)
-            elif len(parts) == 1:  # most batches of a live stream
-                raw = parts[0] + topic.padding
-                rows = frombuffer(raw, topic.dtype)
+            number = len(parts)
+            if selection is not every_row and topic.plain_timestamp:
+                # Framed, not decoded: the timestamps are read from the raw rows.
+                offset = topic.timestamp_offset
+                newest = parts[-1]
+                (top,) = _unpack_u64(newest, offset)
+                if not count.samples:
+                    (count.first_timestamp_us,) = _unpack_u64(parts[0], offset)
+                count.samples += number
+                count.last_timestamp_us = top
+                if top > last:  # noqa: PLR1730 (a builtin call costs more in this loop)
+                    last = top
+                if selection is no_row:
+                    continue
+                rows = frombuffer(newest + topic.padding, topic.dtype)
                 timestamps = rows[TIMESTAMP_FIELD]
-                (top,) = _unpack_u64(raw, topic.timestamp_offset)
             else:
-                count = len(parts)
-                if topic.padding:
-                    parts.append(b"")  # the last row's padding too
-                rows = frombuffer(topic.padding.join(parts), topic.dtype)
-                timestamps = rows[TIMESTAMP_FIELD]
-                # tolist() then max() beats ndarray.max() for the few rows of a live stream
-                top = max(timestamps.tolist()) if count < _FEW_ROWS else int(timestamps.max())
-            if top > last:  # noqa: PLR1730 (a builtin call costs more in this loop)
-                last = top
+                if not topic.plain_timestamp:
+                    rows, timestamps, top = self._decode(topic, parts)
+                elif number == 1:  # most batches of a live stream
+                    raw = parts[0] + topic.padding
+                    rows = frombuffer(raw, topic.dtype)
+                    timestamps = rows[TIMESTAMP_FIELD]
+                    (top,) = _unpack_u64(raw, topic.timestamp_offset)
+                else:
+                    if topic.padding:
+                        parts.append(b"")  # the last row's padding too
+                    rows = frombuffer(topic.padding.join(parts), topic.dtype)
+                    timestamps = rows[TIMESTAMP_FIELD]
+                    # tolist() then max() beats ndarray.max() for the few rows of a live stream
+                    top = max(timestamps.tolist()) if number < _FEW_ROWS else int(timestamps.max())
+                if not count.samples:
+                    count.first_timestamp_us = int(timestamps[0])
+                count.samples += number
+                count.last_timestamp_us = top
+                if top > last:  # noqa: PLR1730 (a builtin call costs more in this loop)
+                    last = top
+                if selection is not every_row:  # a wrapping timestamp: unrolled over every row
+                    if selection is no_row:
+                        continue
+                    rows, timestamps = rows[-1:], timestamps[-1:]
             # DataRows(...) without the frozen dataclass __init__ (~60% of the cost of a
             # DataRows); tests/ulog/test_parser.py checks DataRows still has just these fields
             batch_rows = new_rows(DataRows)
@@ -655,6 +754,8 @@ class ULogParser:
             _set_rows(batch_rows, rows)
             _set_timestamps(batch_rows, timestamps)
             append(batch_rows)
+            decoded += len(rows)
+        self.decoded_rows = decoded
         self._last_timestamp = last
         batch.clear()
 
@@ -827,7 +928,8 @@ class ULogParser:
             text = f"topic {name!r} has no integer 'timestamp' field; its timestamps read as 0"
             events.append(ParserWarning(offset, text))
         subscription = Subscription(msg_id, multi_id, name, compiled.dtype)
-        topic = _Topic(subscription, compiled)
+        topic = _Topic(subscription, compiled, self._select_rows(subscription))
+        self._counts.append(topic.count)
         self._topics[msg_id] = topic
         self._subscriptions[msg_id] = subscription
         self._wire[msg_id] = topic.wire + 2

@@ -1,0 +1,153 @@
+"""The recorder decodes only what leaves the process: nothing without MQTT, capped rows with it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import pytest
+from conftest import shared_ulg
+from daemon.support import json_samples, recordings, subscriber
+from e2e.support import flight_log, record, recorder_settings, vehicle_packets
+from waiting import eventually
+
+from ulogstream import daemon
+from ulogstream.adapters.file_sink import UlgFileSink
+from ulogstream.adapters.log_files import LogFiles
+from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
+from ulogstream.adapters.ulog_file import read
+from ulogstream.config import MqttSettings
+from ulogstream.daemon import Pipeline, Publisher, Recorder, RecorderStatus
+from ulogstream.demo import free_udp_port
+from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.publish import PublishPolicy, PublishSettings
+from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
+from ulogstream.stream.session import LoggingSession
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mqtt.conftest import Broker
+
+USB = VehicleConfig(link_rate=USB_LINK_RATE, speed=None, stop_accept_delay=0.0)
+
+
+def rows_per_instance(path: Path) -> dict[tuple[str, int], int]:
+    """Rows per topic instance that has any (the status lists only those)."""
+    topics = read(path).topics.items()
+    return {key: len(topic.timestamps_us) for key, topic in topics if len(topic.timestamps_us)}
+
+
+async def record_log(log: bytes, tmp_path: Path, mqtt: MqttSettings | None = None) -> Recorder:
+    """Stream ``log`` at the USB ceiling into a recorder on UDP; check the file is identical."""
+    port = free_udp_port()
+    settings = recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path / "out")
+    if mqtt is not None:
+        settings = dataclasses.replace(settings, mqtt=mqtt)
+    recorder = Recorder(settings, once=True)
+    run = await record(log, recorder, f"udpout:127.0.0.1:{port}", config=USB)
+    assert run.exit_code == 0
+    (path,) = run.files
+    assert path.read_bytes() == log
+    return recorder
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_record_only_frames_every_row_and_decodes_none(tmp_path: Path) -> None:
+    log = flight_log(6.0, seed=8)
+    recorder = await record_log(log, tmp_path)
+    (path,) = [finished.path for finished in recorder.status.finished]
+    expected = rows_per_instance(path)
+    status = recorder.status
+    assert {key: stats.samples for key, stats in status.topics.items()} == expected
+    assert status.rows_decoded == 0
+    source = read(path)
+    for key, stats in status.topics.items():
+        stamps = source.topics[key].timestamps_us
+        assert (stats.first_timestamp_us, stats.last_timestamp_us) == (stamps[0], stamps[-1])
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+@pytest.mark.slow
+@pytest.mark.shared
+async def test_record_only_decodes_no_row_of_a_real_log(tmp_path: Path) -> None:
+    log = shared_ulg("pyulog__sample_logging_tagged_and_default_params.ulg").read_bytes()
+    recorder = await record_log(log, tmp_path)
+    (path,) = [finished.path for finished in recorder.status.finished]
+    samples = {key: stats.samples for key, stats in recorder.status.topics.items()}
+    assert samples == rows_per_instance(path)
+    assert recorder.status.rows_decoded == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+@pytest.mark.broker
+async def test_mqtt_at_its_cap_decodes_a_fraction_of_the_rows(
+    tmp_path: Path, mosquitto: Broker
+) -> None:
+    log = flight_log(6.0, seed=9)
+    mqtt = MqttSettings(url=mosquitto.url, vehicle_id="v9")
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/v9/json/#") as messages:
+        recorder = await record_log(log, tmp_path, mqtt)
+    (path,) = [finished.path for finished in recorder.status.finished]
+    total = sum(rows_per_instance(path).values())
+    status = recorder.status
+    assert sum(stats.samples for stats in status.topics.values()) == total
+    assert 0 < status.rows_decoded < total / 3
+    assert status.mqtt_published > 0
+    published = json_samples(messages, "ulogstream/v9/json/")
+    assert sum(len(rows) for rows in published.values()) <= status.rows_decoded
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_decoding_is_cut_into_slices_that_give_the_loop_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A whole log's backlog is decoded one slice per loop turn, and nothing is lost."""
+    monkeypatch.setattr(daemon, "DECODE_SLICE_S", 0.0)  # every call ends after one piece
+    log = flight_log(3.0, seed=12)
+    policy = PublishPolicy(PublishSettings(vehicle_id="v", rate_hz=0.0))
+    # Never connected: the outbox keeps every sample offered (real sink, no broker needed).
+    sink = MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=1_000_000))
+    files = LogFiles(UlgFileSink(tmp_path, min_free_mb=0), lambda _event: None)
+    pipeline = Pipeline(
+        codec=MavlinkCodec(system_id=254, component_id=155),
+        session=LoggingSession(target_system=1),
+        files=files,
+        status=RecorderStatus(),
+        publisher=Publisher(policy, sink),
+    )
+    files.start()
+    pipeline.start(0.0)
+    vehicle = MavlinkCodec(system_id=1, component_id=1)
+    for packet in vehicle_packets(log):  # all of it before the loop turns once
+        datagram = vehicle.encode_logging_data(
+            packet.sequence,
+            packet.target_system,
+            packet.target_component,
+            packet.first_message_offset,
+            packet.data,
+            acked=packet.needs_ack,
+        )
+        pipeline.receive(datagram, 0.0)
+    parser = pipeline._parser
+    assert parser is not None
+    assert parser.offset == 0  # nothing decoded on the ack path
+
+    pipeline.decode_backlog()
+    assert 0 < parser.offset <= daemon.DECODE_SLICE_BYTES + 300  # one slice, then the loop
+    assert pipeline._decode_backlog
+    await eventually(
+        lambda: not pipeline._decode_backlog and not pipeline._pending_events,
+        what="the backlog was not decoded slice by slice",
+    )
+    pipeline.abandon(0.0)
+    await files.aclose()
+    (path,) = recordings(tmp_path)
+    assert path.read_bytes() == log
+    rows = sum(len(topic.timestamps_us) for topic in read(path).topics.values())
+    outbox = sink._outbox
+    assert sum(1 for message in outbox if "/json/" in message.topic) == rows
