@@ -24,7 +24,6 @@ import numpy as np
 
 from ulogstream import __version__
 from ulogstream.adapters.connection import parse_connection
-from ulogstream.adapters.replay import replay_to_mqtt
 from ulogstream.adapters.sd_notify import Notifier
 from ulogstream.adapters.ulog_file import iter_events
 from ulogstream.config import COMMAND_LINE, Settings, load_settings, parse_override
@@ -35,9 +34,8 @@ from ulogstream.daemon import (
     sink_settings,
     terminal_width,
 )
-from ulogstream.demo import DemoOptions, error_words, run_demo, summary_lines
+from ulogstream.demo import DemoOptions, run_demo, summary_lines
 from ulogstream.errors import ConfigError, ULogFormatError, UlogstreamError
-from ulogstream.export.csv import export_csv
 from ulogstream.sim.runner import add_sim_arguments, run_sim, sim_options_from_args
 from ulogstream.ulog.dtypes import compile_format
 from ulogstream.ulog.events import (
@@ -526,6 +524,8 @@ def _run_export(args: argparse.Namespace) -> int:
     progress = ProgressLine(sys.stderr, f"exporting {src.name}")
     try:
         if args.format == "csv":
+            from ulogstream.export.csv import export_csv  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
+
             result = export_csv(src, dst, progress=progress)
             progress.done()
             sys.stdout.write(
@@ -829,6 +829,8 @@ def exit_summary(recorder: Recorder) -> list[str]:
                 f"MQTT: {sink.published} messages published to {url} ({sink.dropped} dropped)"
             )
         else:
+            from ulogstream.demo import error_words  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
+
             why = f" ({error_words(sink.last_error)})" if sink.last_error else ""
             lines.append(f"MQTT: the broker at {url} was never reached{why}: nothing published")
     return lines
@@ -909,6 +911,9 @@ def _run_replay(args: argparse.Namespace) -> int:
         overrides["mqtt.default_rate_hz"] = args.mqtt_rate
     settings = load_settings(args.config, overrides)
     _setup_logging(settings.log.level, terminal=sys.stderr.isatty())
+    from ulogstream.adapters.replay import replay_to_mqtt  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
+    from ulogstream.demo import error_words  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
+
     progress = ProgressLine(sys.stderr, f"replaying {args.file.name}")
     stats = asyncio.run(
         replay_to_mqtt(

@@ -38,7 +38,6 @@ from ulogstream.adapters.log_files import (
     LogFinished,
     LogOpened,
 )
-from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, recalled_sys_uuid
@@ -72,6 +71,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from pathlib import Path
 
+    from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
     from ulogstream.adapters.transport import Transport
     from ulogstream.ulog.events import Subscription, ULogEvent
 
@@ -696,6 +696,8 @@ def sink_settings(mqtt: MqttSettings, *, client_id: str | None = None) -> MqttSi
     Raises:
         ConfigError: The URL is not set, or the password cannot be read.
     """
+    from ulogstream.adapters.mqtt_sink import MqttSinkSettings  # noqa: PLC0415 (aiomqtt: MQTT only)
+
     brokers = mqtt.broker_urls()
     if not brokers:
         msg = "mqtt.url is not set"
@@ -736,6 +738,8 @@ def build_publisher(
         return None
     policy = PublishPolicy(publish_settings(mqtt, link=link, sysid=sysid, sys_uuid=sys_uuid))
     client_id = mqtt.effective_client_id(policy.settings.vehicle_id, link=link)
+    from ulogstream.adapters.mqtt_sink import MqttSink  # noqa: PLC0415 (aiomqtt: MQTT only)
+
     sink = MqttSink(sink_settings(mqtt, client_id=client_id), will=policy.last_will())
     return Publisher(policy, sink)
 
