@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -282,15 +283,22 @@ def _configure_info(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also show perf_* info and every multi-info ('M') value in full",
     )
+    parser.add_argument(
+        "--nonempty",
+        action="store_true",
+        help="list only topic instances that logged data (PX4 subscribes to many that never do)",
+    )
 
 
 def _run_info(args: argparse.Namespace) -> int:
     summary = summarize(args.file)
-    write_info(summary, sys.stdout, verbose=bool(args.verbose))
+    write_info(summary, sys.stdout, verbose=bool(args.verbose), nonempty=bool(args.nonempty))
     return 0
 
 
-def write_info(summary: LogSummary, out: TextIO, *, verbose: bool = False) -> None:
+def write_info(
+    summary: LogSummary, out: TextIO, *, verbose: bool = False, nonempty: bool = False
+) -> None:
     """Print an overview of a log, in the spirit of pyulog's ``ulog_info``."""
     duration = max(0, summary.last_us - summary.start_us) / 1e6
     out.write(f"File: {summary.path} ({summary.size} bytes, ULog version {summary.version})\n")
@@ -339,7 +347,11 @@ def write_info(summary: LogSummary, out: TextIO, *, verbose: bool = False) -> No
     out.write(
         f"{'Topic (multi id, message size)':<50} {'messages':>9} {'rate Hz':>9} {'bytes':>11}\n"
     )
+    empty = 0
     for (name, multi_id), stats in sorted(summary.topics.items()):
+        if nonempty and not stats.count:
+            empty += 1
+            continue
         rate = stats.rate_hz()
         rate_text = "-" if rate is None else f"{rate:.1f}"
         label = f"{name} ({multi_id}, {stats.message_size})"
@@ -347,6 +359,8 @@ def write_info(summary: LogSummary, out: TextIO, *, verbose: bool = False) -> No
             f" {label:<49} {stats.count:>9d} {rate_text:>9}"
             f" {stats.count * stats.message_size:>11d}\n"
         )
+    if empty:
+        out.write(f" ({_plural(empty, 'subscribed topic instance')} without data not shown)\n")
 
 
 def _write_problems(summary: LogSummary, out: TextIO) -> None:
@@ -521,6 +535,7 @@ def _run_export(args: argparse.Namespace) -> int:
     if args.format != "csv" and dst.exists():
         msg = f"{dst} already exists (remove it or choose another --out)"
         raise CliError(msg)
+    existed = dst.exists()
     progress = ProgressLine(sys.stderr, f"exporting {src.name}")
     try:
         if args.format == "csv":
@@ -545,11 +560,22 @@ def _run_export(args: argparse.Namespace) -> int:
             if not summary.data_messages:
                 _warn(f"{src}: no data messages were exported (the log holds none)")
     except ULogFormatError as err:
+        if not existed:
+            _remove_failed_output(dst)
         msg = f"cannot read {src}: {err}"
         raise CliError(msg) from err
     finally:
         progress.done()
     return 0
+
+
+def _remove_failed_output(path: Path) -> None:
+    """Take back what a failed export made: its output file, or its folder while still empty."""
+    with contextlib.suppress(OSError):
+        if path.is_dir():
+            path.rmdir()  # only when empty: files already written stay
+        else:
+            path.unlink(missing_ok=True)
 
 
 class _RosSummary(Protocol):

@@ -154,7 +154,8 @@ class RecorderStatus:
     log_bytes: int = 0
     logs_finished: int = 0
     bytes_total: int = 0
-    bytes_per_s: float = 0.0
+    bytes_per_s: float | None = None
+    """Recording rate over the last second; None until a second has been measured."""
     packets: int = 0
     gaps: int = 0
     packets_lost: int = 0
@@ -1360,9 +1361,10 @@ class Recorder:
         name = "-" if status.log_path is None else status.log_path.name
         gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
         dropouts = "1 dropout" if status.dropouts == 1 else f"{status.dropouts} dropouts"
+        rate = "-" if status.bytes_per_s is None else f"{status.bytes_per_s / 1e3:.0f}"
         text = (
             f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
-            f"{status.bytes_per_s / 1e3:.0f} KB/s, {status.packets} packets, "
+            f"{rate} KB/s, {status.packets} packets, "
             f"{gaps} ({status.packets_lost} lost, {status.late} late), {dropouts}"
         )
         if len(self.vehicles) > 1:
