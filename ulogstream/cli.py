@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -24,7 +25,6 @@ import numpy as np
 
 from ulogstream import __version__
 from ulogstream.adapters.connection import parse_connection
-from ulogstream.adapters.replay import replay_to_mqtt
 from ulogstream.adapters.sd_notify import Notifier
 from ulogstream.adapters.ulog_file import iter_events
 from ulogstream.config import (
@@ -41,9 +41,8 @@ from ulogstream.daemon import (
     sink_settings,
     terminal_width,
 )
-from ulogstream.demo import DemoOptions, error_words, foxglove_hint, run_demo, summary_lines
+from ulogstream.demo import DemoOptions, foxglove_hint, run_demo, summary_lines
 from ulogstream.errors import ConfigError, ULogFormatError, UlogstreamError
-from ulogstream.export.csv import export_csv
 from ulogstream.sim.runner import add_sim_arguments, run_sim, sim_options_from_args
 from ulogstream.ulog.dtypes import compile_format
 from ulogstream.ulog.events import (
@@ -290,15 +289,22 @@ def _configure_info(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also show perf_* info and every multi-info ('M') value in full",
     )
+    parser.add_argument(
+        "--nonempty",
+        action="store_true",
+        help="list only topic instances that logged data (PX4 subscribes to many that never do)",
+    )
 
 
 def _run_info(args: argparse.Namespace) -> int:
     summary = summarize(args.file)
-    write_info(summary, sys.stdout, verbose=bool(args.verbose))
+    write_info(summary, sys.stdout, verbose=bool(args.verbose), nonempty=bool(args.nonempty))
     return 0
 
 
-def write_info(summary: LogSummary, out: TextIO, *, verbose: bool = False) -> None:
+def write_info(
+    summary: LogSummary, out: TextIO, *, verbose: bool = False, nonempty: bool = False
+) -> None:
     """Print an overview of a log, in the spirit of pyulog's ``ulog_info``."""
     duration = max(0, summary.last_us - summary.start_us) / 1e6
     out.write(f"File: {summary.path} ({summary.size} bytes, ULog version {summary.version})\n")
@@ -347,7 +353,11 @@ def write_info(summary: LogSummary, out: TextIO, *, verbose: bool = False) -> No
     out.write(
         f"{'Topic (multi id, message size)':<50} {'messages':>9} {'rate Hz':>9} {'bytes':>11}\n"
     )
+    empty = 0
     for (name, multi_id), stats in sorted(summary.topics.items()):
+        if nonempty and not stats.count:
+            empty += 1
+            continue
         rate = stats.rate_hz()
         rate_text = "-" if rate is None else f"{rate:.1f}"
         label = f"{name} ({multi_id}, {stats.message_size})"
@@ -355,6 +365,8 @@ def write_info(summary: LogSummary, out: TextIO, *, verbose: bool = False) -> No
             f" {label:<49} {stats.count:>9d} {rate_text:>9}"
             f" {stats.count * stats.message_size:>11d}\n"
         )
+    if empty:
+        out.write(f" ({_plural(empty, 'subscribed topic instance')} without data not shown)\n")
 
 
 def _write_problems(summary: LogSummary, out: TextIO) -> None:
@@ -529,9 +541,12 @@ def _run_export(args: argparse.Namespace) -> int:
     if args.format != "csv" and dst.exists():
         msg = f"{dst} already exists (remove it or choose another --out)"
         raise CliError(msg)
+    existed = dst.exists()
     progress = ProgressLine(sys.stderr, f"exporting {src.name}")
     try:
         if args.format == "csv":
+            from ulogstream.export.csv import export_csv  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
+
             result = export_csv(src, dst, progress=progress)
             progress.done()
             sys.stdout.write(
@@ -551,11 +566,22 @@ def _run_export(args: argparse.Namespace) -> int:
             if not summary.data_messages:
                 _warn(f"{src}: no data messages were exported (the log holds none)")
     except ULogFormatError as err:
+        if not existed:
+            _remove_failed_output(dst)
         msg = f"cannot read {src}: {err}"
         raise CliError(msg) from err
     finally:
         progress.done()
     return 0
+
+
+def _remove_failed_output(path: Path) -> None:
+    """Take back what a failed export made: its output file, or its folder while still empty."""
+    with contextlib.suppress(OSError):
+        if path.is_dir():
+            path.rmdir()  # only when empty: files already written stay
+        else:
+            path.unlink(missing_ok=True)
 
 
 class _RosSummary(Protocol):
@@ -846,6 +872,8 @@ def exit_summary(recorder: Recorder) -> list[str]:
                 f"MQTT: {sink.published} messages published to {url} ({sink.dropped} dropped)"
             )
         else:
+            from ulogstream.demo import error_words  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
+
             why = f" ({error_words(sink.last_error)})" if sink.last_error else ""
             lines.append(f"MQTT: the broker at {url} was never reached{why}: nothing published")
     return lines
@@ -926,6 +954,9 @@ def _run_replay(args: argparse.Namespace) -> int:
         overrides["mqtt.default_rate_hz"] = args.mqtt_rate
     settings = load_settings(args.config, overrides)
     _setup_logging(settings.log.level, terminal=sys.stderr.isatty())
+    from ulogstream.adapters.replay import replay_to_mqtt  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
+    from ulogstream.demo import error_words  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
+
     progress = ProgressLine(sys.stderr, f"replaying {args.file.name}")
     stats = asyncio.run(
         replay_to_mqtt(

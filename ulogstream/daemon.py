@@ -29,7 +29,6 @@ from ulogstream.adapters.file_sink import (
     UlgFileSink,
     recover_partial_files,
 )
-from ulogstream.adapters.foxglove_sink import FoxgloveSink, build_foxglove
 from ulogstream.adapters.log_files import (
     DiskFull,
     FileEvent,
@@ -39,7 +38,6 @@ from ulogstream.adapters.log_files import (
     LogFinished,
     LogOpened,
 )
-from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, recalled_sys_uuid
@@ -73,6 +71,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
     from pathlib import Path
 
+    from ulogstream.adapters.foxglove_sink import FoxgloveSink
+    from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
     from ulogstream.adapters.transport import Transport
     from ulogstream.ulog.events import Subscription, ULogEvent
 
@@ -155,7 +155,8 @@ class RecorderStatus:
     log_bytes: int = 0
     logs_finished: int = 0
     bytes_total: int = 0
-    bytes_per_s: float = 0.0
+    bytes_per_s: float | None = None
+    """Recording rate over the last second; None until a second has been measured."""
     packets: int = 0
     gaps: int = 0
     packets_lost: int = 0
@@ -751,6 +752,8 @@ def sink_settings(mqtt: MqttSettings, *, client_id: str | None = None) -> MqttSi
     Raises:
         ConfigError: The URL is not set, or the password cannot be read.
     """
+    from ulogstream.adapters.mqtt_sink import MqttSinkSettings  # noqa: PLC0415 (aiomqtt: MQTT only)
+
     brokers = mqtt.broker_urls()
     if not brokers:
         msg = "mqtt.url is not set"
@@ -791,6 +794,8 @@ def build_publisher(
         return None
     policy = PublishPolicy(publish_settings(mqtt, link=link, sysid=sysid, sys_uuid=sys_uuid))
     client_id = mqtt.effective_client_id(policy.settings.vehicle_id, link=link)
+    from ulogstream.adapters.mqtt_sink import MqttSink  # noqa: PLC0415 (aiomqtt: MQTT only)
+
     sink = MqttSink(sink_settings(mqtt, client_id=client_id), will=policy.last_will())
     return Publisher(policy, sink)
 
@@ -897,8 +902,12 @@ class Recorder:
                 self.publisher.sink.client_id,
             )
         self.shipper = LogShipper(settings.upload)
-        self.foxglove = build_foxglove(settings.foxglove)
+        self.foxglove: FoxgloveSink | None = None
         """The Foxglove live view of the first vehicle (``[foxglove]``), or None."""
+        if settings.foxglove.enabled:
+            from ulogstream.adapters.foxglove_sink import build_foxglove  # noqa: PLC0415 (the SDK: Foxglove only)
+
+            self.foxglove = build_foxglove(settings.foxglove)
         self._spec = parse_connection(settings.link.connection, default_baud=settings.link.baud)
         key_file = settings.link.signing_key_file
         self._signing_key = None if key_file is None else load_signing_key(key_file)
@@ -1432,9 +1441,10 @@ class Recorder:
         name = "-" if status.log_path is None else status.log_path.name
         gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
         dropouts = "1 dropout" if status.dropouts == 1 else f"{status.dropouts} dropouts"
+        rate = "-" if status.bytes_per_s is None else f"{status.bytes_per_s / 1e3:.0f}"
         text = (
             f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
-            f"{status.bytes_per_s / 1e3:.0f} KB/s, {status.packets} packets, "
+            f"{rate} KB/s, {status.packets} packets, "
             f"{gaps} ({status.packets_lost} lost, {status.late} late), {dropouts}"
         )
         if len(self.vehicles) > 1:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ulogstream.adapters.foxglove_sink import foxglove_url
 from ulogstream.adapters.ulog_file import read
 from ulogstream.config import (
     FoxgloveSettings,
@@ -83,6 +82,8 @@ def foxglove_hint(listen: str) -> str:
     Raises:
         ConfigError: ``listen`` is not ``[HOST:]PORT``.
     """
+    from ulogstream.adapters.foxglove_sink import foxglove_url  # noqa: PLC0415 (the SDK: Foxglove only)
+
     try:
         address = parse_listen(listen, "--foxglove")
     except SettingError as err:

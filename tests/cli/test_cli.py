@@ -88,6 +88,28 @@ def test_info_shows_version_duration_and_topics_with_rates(
     assert "logger_sd_write" not in out
 
 
+def test_info_nonempty_hides_topic_instances_without_data(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    writer = ULogWriter(timestamp_us=1_000)
+    writer.flag_bits()
+    writer.format("busy:uint64_t timestamp;float x;")
+    writer.format("idle:uint64_t timestamp;float y;")
+    busy = writer.add_logged_message("busy")
+    writer.add_logged_message("idle")
+    writer.add_logged_message("idle", multi_id=1)
+    writer.data(busy, (2_000).to_bytes(8, "little") + bytes(4))
+    path = tmp_path / "log.ulg"
+    path.write_bytes(writer.getvalue())
+    _, everything, _ = _run(capsys, "info", str(path))
+    assert "idle (0, 12)" in everything
+    status, out, _ = _run(capsys, "info", "--nonempty", str(path))
+    assert status == 0
+    assert "busy (0, 12)" in out
+    assert not any(line.lstrip().startswith("idle") for line in out.splitlines())
+    assert " (2 subscribed topic instances without data not shown)\n" in out
+
+
 def test_info_verbose_shows_multi_info_with_continued_pieces_joined(
     capsys: pytest.CaptureFixture[str], flight_log: Path
 ) -> None:
@@ -419,3 +441,16 @@ def test_info_agrees_with_pyulog_on_the_sample_logs(shared_ulg_files: list[Path]
         assert len(summary.logged) == len(ulog.logged_messages) + sum(
             len(messages) for messages in ulog.logged_messages_tagged.values()
         ), log.name
+
+
+@pytest.mark.parametrize("kind", ["csv", "rosbag", "mcap"])
+def test_a_failed_export_leaves_nothing_behind(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str
+) -> None:
+    not_ulog = tmp_path / "notes.ulg"
+    not_ulog.write_bytes(b"these are not the bytes of a ULog file" * 4)
+    out = tmp_path / "out"
+    status, _, err = _run(capsys, "export", str(not_ulog), "--format", kind, str(out))
+    assert status == 1
+    assert f"cannot read {not_ulog}" in err
+    assert not out.exists()

@@ -629,3 +629,27 @@ def test_sample_logs_are_placed_at_their_gps_time(
 @pytest.mark.shared
 def test_sample_log_without_gps_fix_stays_in_boot_time() -> None:
     assert scan_wall_clock(shared_ulg("pyulog__sample_2016.ulg")) == WallClock(0, "boot")
+
+
+def test_topics_subscribed_without_data_get_no_channel(tmp_path: Path) -> None:
+    writer = ULogWriter(timestamp_us=1_000)
+    writer.flag_bits()
+    writer.format("busy:uint64_t timestamp;float x;")
+    writer.format("idle:uint64_t timestamp;float y;")
+    busy = writer.add_logged_message("busy")
+    writer.add_logged_message("idle")  # subscribed, never logged
+    for row in range(5):
+        writer.data(busy, struct.pack("<Qf", 2_000 + row * 1_000, row / 2))
+    log = tmp_path / "log.ulg"
+    log.write_bytes(writer.getvalue())
+    export_rosbag(log, tmp_path / "log.bag")
+    export_mcap(log, tmp_path / "log.mcap")
+    with Reader(tmp_path / "log.bag") as reader:
+        bag_topics = {connection.topic for connection in reader.connections}
+    with (tmp_path / "log.mcap").open("rb") as stream:
+        summary = make_reader(stream).get_summary()
+        assert summary is not None
+        mcap_topics = {channel.topic for channel in summary.channels.values()}
+    assert "/busy" in bag_topics
+    assert "/busy" in mcap_topics
+    assert not any("idle" in topic for topic in bag_topics | mcap_topics)

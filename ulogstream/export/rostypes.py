@@ -616,7 +616,7 @@ class _RosExport:
             case FormatDefined():
                 self.formats[event.name] = event
             case Subscription():
-                self.instance(event)
+                pass  # its channel is made with its first row: no empty channels
             case LoggedString():
                 self.logged_string(event)
             case Parameter():
@@ -662,8 +662,10 @@ class _RosExport:
         return instance
 
     def rows(self, event: DataRows) -> None:
+        if len(event.rows) == 0:
+            return
         instance = self.instance(event.subscription)
-        if instance is None or len(event.rows) == 0:
+        if instance is None:
             return
         messages = instance.converter.messages(event.rows)
         # uint64 beyond int64 wraps negative here and is clamped to 0 like any corrupt stamp
