@@ -10,11 +10,12 @@ window and fail at the first violation.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable, Coroutine
 
 WAIT_LIMIT = 20.0
 """Default seconds before giving up: generous for a 2-core machine shared with other jobs."""
@@ -81,3 +82,15 @@ def stays_true(condition: Callable[[], bool], seconds: float, *, what: str) -> N
         assert condition(), what
         time.sleep(POLL_INTERVAL)
     assert condition(), what
+
+
+@contextlib.asynccontextmanager
+async def running(work: Coroutine[object, object, None]) -> AsyncIterator[asyncio.Task[None]]:
+    """Run ``work`` (a sink's or a worker's ``run()``) as a task for the block; cancel it after."""
+    task = asyncio.create_task(work)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

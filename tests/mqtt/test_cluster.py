@@ -18,7 +18,7 @@ import paho.mqtt.client as paho
 import pytest
 from mqtt.conftest import free_port
 from paho.mqtt.enums import CallbackAPIVersion
-from waiting import eventually
+from waiting import eventually, running
 
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings, TokenBucket, is_sample
 from ulogstream.config import MqttSettings
@@ -66,17 +66,6 @@ async def arrivals(broker: Broker, topic: str = "#") -> AsyncIterator[Arrivals]:
                 await task
 
 
-@contextlib.asynccontextmanager
-async def running(sink: MqttSink) -> AsyncIterator[None]:
-    task = asyncio.create_task(sink.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 def most_in_one_second(times: list[float]) -> int:
     """The largest number of ``times`` inside any window of one second."""
     times = sorted(times)
@@ -101,7 +90,7 @@ async def test_the_configured_client_id_and_keepalive_reach_the_broker(mosquitto
     assert publisher is not None
     sink = publisher.sink
 
-    async with running(sink):
+    async with running(sink.run()):
         await eventually(lambda: sink.connected, limit=WAIT, what="no connection")
         await eventually(
             lambda: " as fleet-uav-3 " in broker_log(mosquitto),
@@ -132,7 +121,7 @@ async def test_the_second_broker_is_used_when_the_first_is_down(mosquitto: Broke
     )
     status = MqttMessage("ulogstream/v1/meta/status", b'{"online":true}', retain=True)
 
-    async with arrivals(mosquitto, "ulogstream/#") as got, running(sink):
+    async with arrivals(mosquitto, "ulogstream/#") as got, running(sink.run()):
         sink.offer(status)
         await eventually(lambda: bool(got.got), limit=WAIT, what="nothing via the second broker")
 
@@ -147,7 +136,7 @@ async def test_the_rate_cap_holds_and_drops_only_samples(mosquitto: Broker) -> N
     sink = MqttSink(MqttSinkSettings(url=mosquitto.url, max_messages_per_s=cap))
     statuses = logs = rounds = 0
 
-    async with arrivals(mosquitto, "v/#") as got, running(sink):
+    async with arrivals(mosquitto, "v/#") as got, running(sink.run()):
         await eventually(lambda: sink.connected, limit=WAIT, what="no connection")
         started = time.monotonic()
         # Load: ~200 samples/s on two instances, a status and a log line every 50 ms, for 3 s
@@ -187,7 +176,7 @@ async def test_a_reconnect_re_sends_retained_topics_at_the_set_rate(mosquitto: B
     sink = MqttSink(
         MqttSinkSettings(url=mosquitto.url, retained_resend_per_s=rate, backoff_initial=0.05)
     )
-    async with running(sink):
+    async with running(sink.run()):
         for i in range(count):
             sink.offer(MqttMessage(f"v/param/P{i}", str(i).encode(), retain=True))
         await asyncio.wait_for(sink.wait_drained(), WAIT)
@@ -242,7 +231,7 @@ async def test_a_session_expiry_asks_the_broker_for_a_persistent_session(
             url=mosquitto.url, client_id="persist", protocol=protocol, session_expiry=expiry
         )
     )
-    async with running(sink):
+    async with running(sink.run()):
         await eventually(
             lambda: " as persist " in broker_log(mosquitto),
             limit=WAIT,
@@ -289,7 +278,7 @@ async def test_an_mqtt5_session_outlives_the_connection_for_its_expiry(
     sink = MqttSink(
         MqttSinkSettings(url=mosquitto.url, client_id=client_id, protocol=5, session_expiry=expiry)
     )
-    async with running(sink):
+    async with running(sink.run()):
         await eventually(lambda: sink.connected, limit=WAIT, what="no connection")
 
     assert await asyncio.to_thread(session_present, mosquitto, client_id) is kept

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import aiomqtt
 import numpy as np
 import pytest
-from waiting import eventually, holds_for
+from waiting import eventually, holds_for, running
 
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.config import BrokerAddress, MqttSettings, SettingError, mqtt_password
@@ -119,17 +119,6 @@ async def subscriber(broker: Broker, topic: str = "#") -> AsyncIterator[Collecto
                 await task
 
 
-@contextlib.asynccontextmanager
-async def running(sink: MqttSink) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(sink.run())
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 def sink_for(broker: Broker, **settings: object) -> MqttSink:
     return MqttSink(
         MqttSinkSettings(url=broker.url, backoff_initial=0.05, backoff_max=0.3, **settings),  # type: ignore[arg-type]
@@ -219,7 +208,7 @@ async def test_every_sample_arrives_once_in_order_with_the_parsers_values(
     policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
     sink = sink_for(mosquitto)
     end = MqttMessage("ulogstream/v1/json/end/0", b"{}")
-    async with subscriber(mosquitto, "ulogstream/v1/json/#") as collector, running(sink):
+    async with subscriber(mosquitto, "ulogstream/v1/json/#") as collector, running(sink.run()):
         sink.offer_all(policy.log_started(wall_time=1.7e9, now=0.0))
         for event in events:
             sink.offer_all(policy.select(event, 0.0))
@@ -253,7 +242,7 @@ async def test_every_sample_arrives_once_in_order_with_the_parsers_values(
 async def test_retained_topics_reach_a_late_subscriber(mosquitto: Broker) -> None:
     policy = PublishPolicy(PublishSettings(vehicle_id="v1"))
     sink = sink_for(mosquitto)
-    async with running(sink):
+    async with running(sink.run()):
         sink.offer_all(policy.log_started(wall_time=1.7e9, now=0.0, log_file="x.ulg"))
         for event in parse_in_packets(generated_log()):
             sink.offer_all(policy.select(event, 0.0))
@@ -331,7 +320,7 @@ async def test_a_restarted_broker_gets_retained_topics_again_and_drops_are_count
 ) -> None:
     sink = MqttSink(MqttSinkSettings(url=mosquitto.url, max_outbox=20, backoff_initial=0.05))
     status = MqttMessage("ulogstream/v1/meta/status", b'{"online":true}', retain=True)
-    async with running(sink):
+    async with running(sink.run()):
         sink.offer(status)
         await eventually(lambda: sink.published == 1)
         mosquitto.stop()
@@ -372,7 +361,7 @@ async def test_mqtt5_properties_are_sent_and_mqtt311_publishes_without_them(
         user_properties=(("ulog_format", "sample"),),
     )
     v5, v311 = sink_for(mosquitto, protocol=5), sink_for(mosquitto, protocol=4)
-    async with subscriber(mosquitto, "raw/#") as collector, running(v5), running(v311):
+    async with subscriber(mosquitto, "raw/#") as collector, running(v5.run()), running(v311.run()):
         v5.offer(raw)
         v311.offer(MqttMessage("raw/v311", b"\x03", content_type="application/octet-stream"))
         await collector.wait_until(lambda got: len(got) == 2)
@@ -394,7 +383,7 @@ async def test_tls_with_a_client_certificate(mosquitto_tls: Broker) -> None:
             key_file=mosquitto_tls.client_key,
         )
     )
-    async with subscriber(mosquitto_tls, "t/#") as collector, running(sink):
+    async with subscriber(mosquitto_tls, "t/#") as collector, running(sink.run()):
         sink.offer(MqttMessage("t/a", b"over tls", content_type="text/plain"))
         await collector.wait_until(lambda got: len(got) == 1)
     assert collector.messages[0].payload == b"over tls"
@@ -409,7 +398,7 @@ async def test_tls_without_the_ca_fails_with_a_reason_and_keeps_retrying(
     mosquitto_tls: Broker,
 ) -> None:
     sink = MqttSink(MqttSinkSettings(url=mosquitto_tls.url, backoff_initial=0.05))
-    async with running(sink):
+    async with running(sink.run()):
         await eventually(lambda: sink.last_error is not None)
         assert not sink.connected
         assert "certificate" in (sink.last_error or "").lower()
@@ -452,9 +441,9 @@ async def test_password_from_a_file_and_from_the_environment(
     assert str(mosquitto_auth.password) not in repr(given.settings)
     async with (
         subscriber(mosquitto_auth, "p/#") as collector,
-        running(from_file),
-        running(from_env),
-        running(given),
+        running(from_file.run()),
+        running(from_env.run()),
+        running(given.run()),
     ):
         from_file.offer(MqttMessage("p/file", b"1"))
         from_env.offer(MqttMessage("p/env", b"2"))
@@ -517,7 +506,7 @@ async def test_a_parameter_named_with_a_wildcard_is_skipped_and_the_rest_is_publ
         "ulogstream/v1/param/MC_PITCH_P",
         "ulogstream/v1/schema/fast",
     }
-    async with subscriber(mosquitto, "ulogstream/v1/#") as collector, running(sink):
+    async with subscriber(mosquitto, "ulogstream/v1/#") as collector, running(sink.run()):
         sink.offer_all(policy.log_started(wall_time=1.7e9, now=0.0))
         for event in parse_in_packets(log_with_a_parameter_named_with_a_wildcard()):
             sink.offer_all(policy.select(event, 0.0))
@@ -551,7 +540,7 @@ async def test_a_message_no_broker_takes_is_dropped_and_counted_and_the_sink_goe
         MqttMessage("", b"empty"),
         MqttMessage("t/qos", b"paho refuses QoS 3 at publish time", qos=3, retain=True),
     ]
-    async with subscriber(mosquitto, "t/#") as collector, running(sink) as task:
+    async with subscriber(mosquitto, "t/#") as collector, running(sink.run()) as task:
         sink.offer(MqttMessage("t/first", b"1"))
         await collector.wait_until(lambda got: len(got) == 1)
         for message in bad:

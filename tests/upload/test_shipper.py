@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import io
 import logging
@@ -11,7 +10,7 @@ import shutil
 from typing import TYPE_CHECKING
 
 import pytest
-from waiting import eventually
+from waiting import eventually, running
 
 from ulogstream.adapters.upload import (
     FinishedLogInfo,
@@ -25,7 +24,6 @@ from ulogstream.config import UploadSettings
 from ulogstream.sim.flightlog import generate_flight_log
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
     from pathlib import Path
 
 pytestmark = pytest.mark.timeout(60)
@@ -41,17 +39,6 @@ def finished_log(out: Path, data: bytes = b"ULog\x01\x12\x35" + bytes(range(256)
     return path
 
 
-@contextlib.asynccontextmanager
-async def running(shipper: LogShipper) -> AsyncIterator[None]:
-    task = asyncio.create_task(shipper.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
 @pytest.mark.asyncio
 async def test_a_real_command_copies_the_log_with_its_placeholders_filled_in(
     tmp_path: Path,
@@ -65,7 +52,7 @@ async def test_a_real_command_copies_the_log_with_its_placeholders_filled_in(
     shipper = LogShipper(UploadSettings(command=command))
     announced: list[FinishedLogInfo] = []
 
-    async with running(shipper):
+    async with running(shipper.run()):
         shipper.offer(
             log, log.stat().st_size, vehicle="uav-1", how="complete; ok", announce=announced.append
         )
@@ -101,7 +88,7 @@ async def test_a_failing_command_is_retried_then_reported_and_counted(
     shipper = LogShipper(UploadSettings(command=f"{script} {{path}}", attempts=3, backoff_s=0.01))
 
     with caplog.at_level(logging.INFO, logger="ulogstream.adapters.upload"):
-        async with running(shipper):
+        async with running(shipper.run()):
             shipper.offer(log, 10, vehicle="v", how="incomplete: lost")
             await asyncio.wait_for(shipper.wait_idle(), WAIT)
 
@@ -133,7 +120,7 @@ async def test_a_command_that_fails_once_succeeds_on_the_retry_and_may_delete(
     )
     shipper = LogShipper(settings)
 
-    async with running(shipper):
+    async with running(shipper.run()):
         shipper.offer(log, len(data), vehicle="v", how="complete")
         await asyncio.wait_for(shipper.wait_idle(), WAIT)
 
@@ -149,7 +136,7 @@ async def test_a_command_over_its_timeout_is_killed_and_counts_as_failed(tmp_pat
         UploadSettings(command="sh -c 'sleep 30' {path}", timeout_s=0.2, attempts=1)
     )
 
-    async with running(shipper):
+    async with running(shipper.run()):
         shipper.offer(log, 10, vehicle="v", how="complete")
         await asyncio.wait_for(shipper.wait_idle(), WAIT)
 
@@ -163,7 +150,7 @@ async def test_a_missing_program_is_reported_not_raised(tmp_path: Path) -> None:
     shipper = LogShipper(
         UploadSettings(command=f"{tmp_path}/no-such-uploader {{path}}", attempts=1)
     )
-    async with running(shipper):
+    async with running(shipper.run()):
         shipper.offer(log, 10, vehicle="v", how="complete")
         await asyncio.wait_for(shipper.wait_idle(), WAIT)
 
@@ -181,7 +168,7 @@ async def test_a_full_queue_skips_and_counts_instead_of_growing(tmp_path: Path) 
     script.chmod(0o755)
     shipper = LogShipper(UploadSettings(command=f"{script} {{path}}", queue_size=1))
 
-    async with running(shipper):
+    async with running(shipper.run()):
         for log in logs:
             shipper.offer(log, 10, vehicle="v", how="complete")
             # one at a time through the checksum stage, so the queue sees them in order
