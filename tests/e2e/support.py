@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from pyulog import ULog
 
+from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.config import LinkSettings, RecordingSettings, Settings
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.sim.faults import NO_FAULTS, FaultConfig
@@ -53,6 +54,8 @@ from ulogstream.ulog.spec import unpack_message_header as _unpack_header
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
+
+    import pytest
 
     from ulogstream.adapters.transport import Transport
     from ulogstream.daemon import Recorder
@@ -544,3 +547,14 @@ def files(root: Path, pattern: str) -> list[Path]:
 def decode_all(codec: MavlinkCodec, data: bytes) -> list[MavlinkMessage]:
     """``codec.decode`` as a plain helper (keeps call sites short)."""
     return codec.decode(data)
+
+
+async def listening_vehicle() -> tuple[UdpTransport, str]:
+    """The vehicle's UDP end on a free port, and the recorder's connection string toward it."""
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    return link, f"udpout:127.0.0.1:{link.local_address[1]}"
+
+
+def finished_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The "log finished" lines the recorder logged, in order."""
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("log finished")]

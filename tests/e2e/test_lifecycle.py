@@ -18,7 +18,9 @@ from e2e.support import (
     CountingTransport,
     deliveries_of,
     files,
+    finished_messages,
     flight_log,
+    listening_vehicle,
     read_pyulog,
     record,
     recorded_items,
@@ -47,16 +49,6 @@ from ulogstream.ulog.spec import MessageType
 from ulogstream.ulog.writer import ULogWriter
 
 START, STOP = MAV_CMD_LOGGING_START, MAV_CMD_LOGGING_STOP
-
-
-async def listening_vehicle() -> tuple[UdpTransport, str]:
-    """The vehicle's UDP end on a free port, and the recorder's connection string toward it."""
-    link = await UdpTransport.listen("127.0.0.1", 0)
-    return link, f"udpout:127.0.0.1:{link.local_address[1]}"
-
-
-def finished_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("log finished")]
 
 
 @pytest.mark.asyncio

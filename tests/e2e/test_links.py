@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 import pytest
 from e2e.support import (
     deliveries_of,
+    finished_messages,
     flight_log,
     in_sequence_order,
+    listening_vehicle,
     read_pyulog,
     record,
     recorded_items,
@@ -25,7 +27,6 @@ from e2e.support import (
     vehicle_packets,
 )
 
-from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.daemon import Recorder
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.runner import RADIO_BANDWIDTH, PtyDevice
@@ -42,16 +43,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from e2e.support import Item, Session
-
-
-async def listening_vehicle() -> tuple[UdpTransport, str]:
-    """The vehicle's UDP end on a free port, and the recorder's connection string toward it."""
-    link = await UdpTransport.listen("127.0.0.1", 0)
-    return link, f"udpout:127.0.0.1:{link.local_address[1]}"
-
-
-def finished_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("log finished")]
 
 
 def out_of_order(delivered: list[DeliveredPacket]) -> int:
