@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 from e2e.support import FAST, flight_log, recorder_settings
+from waiting import eventually
 
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.daemon import Recorder
 from ulogstream.demo import free_udp_port
+from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.sim.runner import SimSummary, run_vehicle
 
 if TYPE_CHECKING:
@@ -103,3 +105,35 @@ async def test_target_sysid_keeps_one_vehicle_and_names_the_others_once(
     ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
     assert len(ignored) == 1
     assert ignored[0].startswith("vehicle sysid 1 seen on udpin:")
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_another_receiver_with_our_ids_is_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="ulogstream")
+    port = free_udp_port()
+    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
+    task = asyncio.create_task(recorder.run())
+    await asyncio.sleep(0.05)
+    twin = await UdpTransport.connect("127.0.0.1", port)
+    twin_codec = MavlinkCodec(system_id=254, component_id=155)  # the same ids as ours
+    try:
+        for _ in range(3):
+            twin.send(twin_codec.encode_heartbeat())
+            await asyncio.sleep(0.05)
+
+        def warned() -> list[str]:
+            return [
+                r.getMessage() for r in caplog.records if "uses our MAVLink ids" in r.getMessage()
+            ]
+
+        await eventually(lambda: bool(warned()), limit=10, what="the warning")
+        assert len(warned()) == 1
+        assert "(sysid 254, compid 155)" in warned()[0]
+        assert recorder.vehicles == {}  # a receiver is no vehicle
+    finally:
+        recorder.request_stop()
+        await asyncio.wait_for(task, 10)
+        await twin.aclose()
