@@ -208,6 +208,9 @@ class MqttSettings:
         include: Topic name patterns (fnmatch) to publish; empty: all topics.
         exclude: Topic name patterns never published (applied after ``include``).
         outbox_size: Messages queued for a slow broker before the oldest are dropped.
+        param_topics: Also publish each parameter as a retained ``param/NAME`` (the ``params``
+            object is always published); false keeps a fleet's broker from holding a thousand
+            retained topics per vehicle.
     """
 
     url: str | None = None
@@ -233,6 +236,7 @@ class MqttSettings:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     outbox_size: int = 10000
+    param_topics: bool = True
 
     def __post_init__(self) -> None:
         if self.url is not None:

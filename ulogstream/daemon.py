@@ -736,6 +736,7 @@ def publish_settings(
         encode_msgpack="msgpack" in mqtt.encodings,
         encode_raw="ulog" in mqtt.encodings,
         qos=mqtt.qos,
+        param_topics=mqtt.param_topics,
     )
 
 

@@ -121,7 +121,10 @@ class PublishSettings:
         encode_msgpack: Publish the same objects as MessagePack under ``msgpack/``.
         encode_raw: Publish the raw ``D`` payloads under ``ulog/``.
         qos: Quality of service of sample messages (retained ones use it too).
-        status_interval: Least seconds between status updates caused by counters.
+        status_interval: Least seconds between status updates caused by counters, and between
+            two ``meta/info`` updates after the definitions (info messages logged mid-log).
+        param_topics: Also publish each parameter as a retained ``param/NAME`` (the ``params``
+            object is always published); a fleet on one broker may turn them off.
     """
 
     vehicle_id: str
@@ -135,6 +138,7 @@ class PublishSettings:
     encode_raw: bool = False
     qos: int = 0
     status_interval: float = 1.0
+    param_topics: bool = True
 
     def __post_init__(self) -> None:
         """Reject settings that would build invalid topics or rates."""
@@ -476,6 +480,8 @@ class PublishPolicy:
         self._info_multiple: dict[str, list[JsonValue]] = {}
         self._params: dict[str, int | float] = {}
         self._params_dirty = False
+        self._info_dirty = False
+        self._info_sent_at = -math.inf
         self._definitions_done = False
         self._instances: dict[int, _Instance] = {}
         self._excluded: set[int] = set()
@@ -585,12 +591,10 @@ class PublishPolicy:
                     return self._param_messages({name: value})
             case Info(key, _, value, _):
                 self._info[key] = _info_json(value)
-                if self._definitions_done:
-                    return [self._info_message()]
+                self._info_dirty = self._definitions_done  # published once, coalesced
             case InfoMultiple():
                 self._add_info_multiple(event)
-                if self._definitions_done:
-                    return [self._info_message()]
+                self._info_dirty = self._definitions_done
             case FormatDefined(name):
                 self._formats[name] = event
             case FileHeader(_, timestamp_us):
@@ -598,6 +602,7 @@ class PublishPolicy:
                     self._anchor(timestamp_us)
             case DefinitionsEnd():
                 self._definitions_done = True
+                self._info_sent_at = now
                 return [
                     self._info_message(),
                     *self._param_messages(self._params),
@@ -630,6 +635,10 @@ class PublishPolicy:
         if self._params_dirty:
             self._params_dirty = False
             out.append(self._params_message())
+        if self._info_dirty and now >= self._info_sent_at + self.settings.status_interval:
+            self._info_dirty = False
+            self._info_sent_at = now
+            out.append(self._info_message())
         if self._status_dirty and now >= self._status_sent_at + self.settings.status_interval:
             out.append(self._status_message(now))
         return out
@@ -643,6 +652,8 @@ class PublishPolicy:
             deadlines.append(self._status_sent_at + self.settings.status_interval)
         if self._params_dirty:
             deadlines.append(-math.inf)
+        if self._info_dirty:
+            deadlines.append(self._info_sent_at + self.settings.status_interval)
         return min(deadlines) if deadlines else None
 
     # -- data --------------------------------------------------------------------------------
@@ -834,6 +845,8 @@ class PublishPolicy:
     def _param_messages(self, params: Mapping[str, float]) -> list[MqttMessage]:
         """One retained ``param/NAME`` per parameter whose name can be a topic level."""
         out: list[MqttMessage] = []
+        if not self.settings.param_topics:
+            return out
         for name, value in params.items():
             if not valid_topic_level(name):
                 self._skip_topic()  # still in the ``params`` object: a JSON key may be anything

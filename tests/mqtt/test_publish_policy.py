@@ -197,6 +197,38 @@ def test_a_parameter_change_publishes_its_topic_and_the_object_at_the_next_flush
     assert policy.flush_due(2.0) == []
 
 
+def test_info_logged_mid_log_is_published_once_per_interval_not_per_message() -> None:
+    writer = ULogWriter(timestamp_us=HEADER_US)
+    definitions(writer)
+    for piece in range(35):  # post-flight perf data: many 'M' pieces in a burst
+        writer.info_multiple("char", "perf_counter", f"line {piece}\n", is_continued=piece > 0)
+    policy = PublishPolicy(PublishSettings(vehicle_id="v1", status_interval=1.0))
+    out = run(policy, events_of(writer.getvalue()), now=5.0)
+    [info] = by_topic(out, "ulogstream/v1/meta/info")  # at the end of the definitions only
+    assert "perf_counter" not in strict_json(info.payload)
+    assert policy.next_deadline() == 6.0
+    assert by_topic(policy.flush_due(5.5), "ulogstream/v1/meta/info") == []
+    [update] = by_topic(policy.flush_due(6.0), "ulogstream/v1/meta/info")
+    lines = "".join(f"line {piece}\n" for piece in range(35))
+    assert strict_json(update.payload)["perf_counter"] == [lines]
+    assert by_topic(policy.flush_due(9.0), "ulogstream/v1/meta/info") == []
+
+
+def test_per_parameter_topics_can_be_turned_off_the_params_object_stays() -> None:
+    writer = ULogWriter(timestamp_us=HEADER_US)
+    definitions(writer)
+    writer.parameter("MC_ROLL_P", 0.1)
+    policy = PublishPolicy(PublishSettings(vehicle_id="v1", param_topics=False))
+    events = events_of(writer.getvalue())
+    out = run(policy, events[:-1])
+    assert [m.topic for m in out if "/param/" in m.topic] == []
+    [params] = by_topic(out, "ulogstream/v1/params")
+    assert strict_json(params.payload) == {"MC_ROLL_P": 6.5, "SYS_AUTOSTART": 4001}
+    assert policy.select(events[-1], 1.0) == []
+    [params] = policy.flush_due(1.0)
+    assert strict_json(params.payload) == {"MC_ROLL_P": 0.1, "SYS_AUTOSTART": 4001}
+
+
 def test_logged_strings_go_to_the_log_topic() -> None:
     writer = ULogWriter(timestamp_us=HEADER_US)
     definitions(writer)
