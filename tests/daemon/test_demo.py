@@ -6,7 +6,6 @@ duration, and every message recorded must appear in it, in order, dropouts aside
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import re
@@ -124,10 +123,13 @@ async def test_demo_publishes_live_to_mqtt(tmp_path: Path, mosquitto: Broker) ->
             assert await demo.await_exit(TIMEOUT) == 0, demo.stderr()
         finally:
             demo.kill()
-        await asyncio.sleep(0.3)
+        expected = {"vehicle_attitude/0", "sensor_combined/0", "battery_status/0"}
+        await eventually(
+            lambda: expected <= set(json_samples(messages, "ulogstream/demo/json/")),
+            what=f"samples of {sorted(expected)} at the subscriber",
+        )
 
     samples = json_samples(messages, "ulogstream/demo/json/")
-    assert {"vehicle_attitude/0", "sensor_combined/0", "battery_status/0"} <= set(samples)
     assert all("timestamp" in sample for sample in samples["vehicle_attitude/0"])
     statuses = [m for m in messages if m.topic == "ulogstream/demo/meta/status"]
     assert statuses

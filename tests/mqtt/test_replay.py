@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import aiomqtt
 import pytest
+from waiting import eventually
 
 from ulogstream.adapters.mqtt_sink import MqttSinkSettings
 from ulogstream.adapters.replay import replay, replay_to_mqtt
@@ -184,7 +185,11 @@ async def test_a_real_sample_log_replays_to_valid_json_on_every_topic_instance(
             publish=PublishSettings(vehicle_id="sample"),
             speed=None,
         )
-        await asyncio.sleep(0.5)
+
+        def seen_instances() -> set[str]:
+            return {str(m.topic).split("/json/")[1] for m in received if "/json/" in str(m.topic)}
+
+        await eventually(lambda: seen_instances() == instances, what="every topic instance")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
