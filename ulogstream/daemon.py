@@ -1115,6 +1115,7 @@ class Recorder:
             system_id=link.sysid,
             component_id=link.compid,
             target_system=system_id,
+            restart_after_foreign_stop=not self.once,
             reorder_packets=link.reorder_packets,
             reorder_time=link.reorder_window_s,
             data_timeout=self.settings.recording.idle_timeout_s,

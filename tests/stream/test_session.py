@@ -535,6 +535,16 @@ def test_another_clients_stop_ends_our_log_and_restarts_streaming() -> None:
     assert session.receive(in_progress, 1.1) == []
 
 
+def test_one_log_only_another_clients_stop_ends_the_session_without_a_new_start() -> None:
+    session = streaming_session(restart_after_foreign_stop=False)
+    feed(session, PACKETS[:50], start=0.1)
+    foreign = ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED, target=(255, 190))
+    outputs = session.receive(foreign, 1.0)
+    assert outputs == [LogEnded(LogEndReason.STOPPED_BY_OTHER_CLIENT, complete=True), StreamEnded()]
+    assert state(session) is SessionState.ENDED
+    assert session.stop(1.1) == []  # nothing of ours runs: no STOP to wait for
+
+
 def test_restart_stop_in_progress_postpones_the_retry() -> None:
     session = LoggingSession(target_system=1)
     session.start(0.0)

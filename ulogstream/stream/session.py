@@ -206,6 +206,9 @@ class LoggingSession:
             command round trip on slow links.
         reorder_packets: Reorder window size in packets (see :class:`LogStreamReassembler`).
         reorder_time: Reorder window length in seconds.
+        restart_after_foreign_stop: After another client's STOP ended our stream (a GCS that
+            stops logging on disarm), ask for a new one; False ends the session instead (one
+            log only).
 
     Raises:
         ValueError: An id is out of range or a time is not positive.
@@ -228,6 +231,7 @@ class LoggingSession:
         stop_quiet: float = 1.0,
         reorder_packets: int = DEFAULT_REORDER_PACKETS,
         reorder_time: float = DEFAULT_REORDER_TIME,
+        restart_after_foreign_stop: bool = True,
     ) -> None:
         _check_id("system_id", system_id, 1)
         _check_id("component_id", component_id, 1)
@@ -258,6 +262,7 @@ class LoggingSession:
         self._outage_after = min(outage_after, data_timeout)
         self._probe_delay = probe_delay
         self._stop_quiet = stop_quiet
+        self._restart_after_foreign_stop = restart_after_foreign_stop
         self._reassembler = LogStreamReassembler(
             reorder_packets=reorder_packets, reorder_time=reorder_time
         )
@@ -558,10 +563,13 @@ class LoggingSession:
                 and ack.result == MavResult.ACCEPTED
                 and self._state is SessionState.STREAMING
             ):
-                self._reassembler.end_log(
-                    LogEndReason.STOPPED_BY_OTHER_CLIENT, complete=True, out=out
-                )
-                self._send_start(now, out)
+                if self._restart_after_foreign_stop:
+                    self._reassembler.end_log(
+                        LogEndReason.STOPPED_BY_OTHER_CLIENT, complete=True, out=out
+                    )
+                    self._send_start(now, out)
+                else:  # one log only (record --once): the vehicle ended it, nothing of ours runs
+                    self._finish(LogEndReason.STOPPED_BY_OTHER_CLIENT, complete=True, out=out)
             return
         if ack.command == self._command and self._command_sent is not None:
             self._round_trip = now - self._command_sent  # the first answer to the last send
