@@ -733,21 +733,7 @@ def parse_rate(text: str) -> float | None:
     Raises:
         ConfigError: ``text`` is none of these.
     """
-    word = text.strip().lower()
-    if word == "unlimited":
-        return None
-    if word in _NAMED_RATES:
-        return _NAMED_RATES[word]
-    try:
-        rate = float(word)
-    except ValueError:
-        rate = math.nan
-    if not (math.isfinite(rate) and rate > 0):
-        msg = (
-            f"--rate {text!r} is not a positive number of B/s, 'usb', 'udp', 'radio' or 'unlimited'"
-        )
-        raise ConfigError(msg)
-    return rate
+    return _bytes_per_s("--rate", text, _NAMED_RATES)
 
 
 def parse_bandwidth(text: str) -> float | None:
@@ -756,19 +742,25 @@ def parse_bandwidth(text: str) -> float | None:
     Raises:
         ConfigError: ``text`` is none of these.
     """
+    return _bytes_per_s("--bandwidth", text, {"radio": RADIO_BANDWIDTH})
+
+
+def _bytes_per_s(option: str, text: str, named: dict[str, float]) -> float | None:
+    """A positive number of B/s, one of the ``named`` rates, or ``unlimited`` (None)."""
     word = text.strip().lower()
     if word == "unlimited":
         return None
-    if word == "radio":
-        return RADIO_BANDWIDTH
+    if word in named:
+        return named[word]
     try:
-        bandwidth = float(word)
+        rate = float(word)
     except ValueError:
-        bandwidth = math.nan
-    if not (math.isfinite(bandwidth) and bandwidth > 0):
-        msg = f"--bandwidth {text!r} is not a positive number of B/s, 'radio' or 'unlimited'"
+        rate = math.nan
+    if not (math.isfinite(rate) and rate > 0):
+        names = "".join(f"'{name}', " for name in named)
+        msg = f"{option} {text!r} is not a positive number of B/s, {names}or 'unlimited'"
         raise ConfigError(msg)
-    return bandwidth
+    return rate
 
 
 def parse_milliseconds(option: str, text: str) -> float:
