@@ -26,6 +26,7 @@ from daemon.support import (
     start_vehicle,
 )
 from e2e.support import FdTransport, PtyPair
+from link.support import point_symlink
 from waiting import stays_true, wait_until
 
 from ulogstream.demo import free_udp_port
@@ -122,14 +123,6 @@ def test_vehicle_reboot_mid_log_gives_two_files(tmp_path: Path, processes: list[
     assert_lossless_logs(files, flight)
     assert "incomplete: the stream stopped unannounced; new log" in daemon.stderr()
     assert_clean_run(daemon)
-
-
-def point_symlink(link: Path, target: str) -> None:
-    """Point ``link`` at ``target`` atomically, as udev does with ``/dev/pixhawk``."""
-    staging = link.with_name(link.name + ".new")
-    staging.unlink(missing_ok=True)
-    staging.symlink_to(target)
-    staging.replace(link)
 
 
 @pytest.mark.asyncio

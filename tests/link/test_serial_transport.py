@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from link.support import point_symlink, receive_exactly
 
 from ulogstream.adapters.connection import open_transport, parse_connection
 from ulogstream.adapters.serial_transport import SerialTransport
@@ -154,24 +155,6 @@ async def test_device_in_use_is_a_link_error(pty: Pty) -> None:
     with pytest.raises(LinkError, match=f"serial device {pty.device} is in use by another program"):
         SerialTransport.open(pty.device, 57600)
     await first.aclose()
-
-
-def point_symlink(link: Path, target: str) -> None:
-    """Point ``link`` at ``target`` atomically, as udev does with ``/dev/pixhawk``."""
-    staging = link.with_name(link.name + ".new")
-    staging.unlink(missing_ok=True)
-    staging.symlink_to(target)
-    staging.replace(link)
-
-
-async def receive_exactly(link: Transport, size: int) -> bytes:
-    got = b""
-    async with asyncio.timeout(5):
-        while len(got) < size:
-            data = await link.receive()
-            assert data, "link closed early"
-            got += data
-    return got
 
 
 async def receive_exactly_from(first: asyncio.Task[bytes], link: Transport, size: int) -> bytes:

@@ -5,6 +5,7 @@ import socket
 from typing import TYPE_CHECKING
 
 import pytest
+from link.support import receive_exactly
 
 from ulogstream.adapters.connection import open_transport, parse_connection
 from ulogstream.adapters.tcp_transport import TcpServerTransport, TcpTransport
@@ -147,16 +148,6 @@ class Vehicle:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
-
-
-async def receive_exactly(link: Transport, size: int) -> bytes:
-    got = b""
-    async with asyncio.timeout(5):
-        while len(got) < size:
-            data = await link.receive()
-            assert data, "link closed early"
-            got += data
-    return got
 
 
 @pytest.mark.asyncio
