@@ -55,6 +55,13 @@ def assert_lossless_logs(files: list[Path], flight: Flight) -> None:
         assert whole or flight.is_stopped_log(data), f"{path} is not the flight"
 
 
+def assert_begun_by_repeat(files: list[Path], flight: Flight) -> None:
+    """Logs ``sim --repeat`` began before SIGTERM: the flight's start, perhaps headers only."""
+    for path in files:
+        data = path.read_bytes()
+        assert flight.is_stopped_log(data) or flight.data.startswith(data), path
+
+
 def start_daemon_on_udp(
     tmp_path: Path, processes: list[Process], *, idle_timeout_s: float = 1.0
 ) -> tuple[Process, int, Path]:
@@ -92,7 +99,8 @@ def test_several_logs_in_a_row_each_in_its_own_file(
     assert daemon.stderr().count("log finished") == len(files)
     for path in files[:3]:  # each flight ended by the sim's STOP on disarm: every byte
         assert path.read_bytes() == flight.data
-    assert_lossless_logs(files, flight)
+    assert_lossless_logs(files[:3], flight)
+    assert_begun_by_repeat(files[3:], flight)
     assert_clean_run(daemon)
 
 
@@ -121,10 +129,7 @@ def test_vehicle_reboot_mid_log_gives_two_files(tmp_path: Path, processes: list[
     assert 200 * 249 < len(before_reboot) <= 300 * 249
     assert after_reboot == flight.data  # ended by the sim's STOP on disarm: every byte
     assert_lossless_logs(files[:2], flight)
-    # --repeat may have begun a third log before SIGTERM: a prefix, perhaps headers only.
-    for path in files[2:]:
-        data = path.read_bytes()
-        assert flight.is_stopped_log(data) or flight.data.startswith(data), path
+    assert_begun_by_repeat(files[2:], flight)
     assert "incomplete: the stream stopped unannounced; new log" in daemon.stderr()
     assert_clean_run(daemon)
 
