@@ -39,3 +39,7 @@ class ConfigError(UlogstreamError):
 
 class LinkError(UlogstreamError):
     """A link (serial device, socket, broker) that cannot be opened or used."""
+
+
+class UploadRejectedError(UlogstreamError):
+    """A remote refused a log for good (an HTTP 400, a bad key): retrying cannot help."""
