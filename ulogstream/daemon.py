@@ -39,6 +39,7 @@ from ulogstream.adapters.log_files import (
     LogOpened,
 )
 from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
+from ulogstream.adapters.serial_transport import SerialTransport
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, recalled_sys_uuid
 from ulogstream.config import DEFAULT_VEHICLE_ID, MqttSettings, Settings, mqtt_password
@@ -1194,12 +1195,17 @@ class Recorder:
     async def _receive_loop(self, transport: Transport) -> None:
         route = self._route
         monotonic = time.monotonic
+        codec = self._codec
+        # A serial port wakes the loop once a frame can be whole, not for every piece of it.
+        wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
         while True:
             data = await transport.receive()
             if not data:
                 msg = f"link {transport.describe()} was closed"
                 raise LinkError(msg)
             route(data, monotonic())
+            if wake_after is not None:
+                wake_after(codec.bytes_wanted())
 
     def _route(self, data: bytes, now: float) -> None:
         """Decode one chunk and hand each vehicle its messages (acks go out inside)."""

@@ -198,6 +198,32 @@ class MavlinkCodec:
         """Bytes of an incomplete frame held until the next ``decode`` (< ``MAX_FRAME_LEN``)."""
         return len(self._pending)
 
+    def bytes_wanted(self) -> int:
+        """Fewest further bytes before :meth:`decode` can return a frame: a lower bound.
+
+        The held bytes start with a frame's start byte (noise is dropped at once). Until its
+        header is whole, the bound is the rest of the header: there :meth:`decode` may find an
+        unknown message id and resync at the next byte. With the header held, no frame can come
+        out before this one's last byte (a frame hidden behind a false start is found only when
+        the false frame's CRC fails), so the bound is exact. With nothing held, it is the
+        shortest frame (MAVLink 1, empty payload).
+        """
+        pending = self._pending
+        have = len(pending)
+        if not have:
+            return HEADER_LEN_V1 + CHECKSUM_LEN
+        if pending[0] == STX_V1:
+            header_len = HEADER_LEN_V1
+            size = header_len + (pending[1] if have > 1 else 0) + CHECKSUM_LEN
+        else:
+            header_len = HEADER_LEN_V2
+            size = header_len + (pending[1] if have > 1 else 0) + CHECKSUM_LEN
+            if have > 2 and pending[2] & _IFLAG_SIGNED:  # noqa: PLR2004 (the flags byte)
+                size += SIGNATURE_LEN
+        if have < header_len:
+            return header_len - have
+        return max(1, size - have)
+
     def decode(self, data: bytes) -> list[MavlinkMessage]:
         """Parse ``data`` (any chunking: a datagram, a serial read, a single byte).
 

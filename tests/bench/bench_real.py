@@ -8,10 +8,10 @@ instances, and ``pyulog__sample_logging_tagged_and_default_params.ulg``, v1.13, 
 the simulated PX4 (:func:`ulogstream.sim.runner.run_vehicle`, the code behind ``ulogstream sim``,
 run in this process on one CPU) to each receiver in turn, a subprocess pinned to the other CPU:
 
-- ``script``: a receiver built like PX4's ``Tools/mavlink_ulog_streaming.py`` (a pymavlink
-  ``recv_match`` loop that acks ``LOGGING_DATA_ACKED`` and writes each whole ULog message to the
-  file; :class:`bench_receive.ReferenceReceiver`). It sends ``LOGGING_START`` at once instead of
-  waiting for a heartbeat (our udpout link has no heartbeat to wait for).
+- ``script``: ``px4_script.py``, a receiver built like PX4's ``Tools/mavlink_ulog_streaming.py``
+  (a pymavlink ``recv_match`` loop that acks ``LOGGING_DATA_ACKED`` and writes each whole ULog
+  message to the file), importing nothing from ulogstream. It sends ``LOGGING_START`` at once
+  instead of waiting for a heartbeat (our udpout link has no heartbeat to wait for).
 - ``record``: ``python -m ulogstream record udpout:... --once`` (file only).
 - ``record --mqtt``: the same with a real mosquitto started here, default 10 Hz cap.
 - ``record --mqtt-rate 0``: every row published (``--rate0``; not in the default set).
@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import os
 import resource
-import signal
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.bench_live import mosquitto, percentiles  # noqa: E402
 from bench.bench_pipeline import AckTimer  # noqa: E402
-from bench.bench_receive import OUR_COMPONENT, OUR_SYSTEM, ReferenceReceiver  # noqa: E402
+from bench.installed import compile_package  # noqa: E402
 
 from ulogstream.adapters.udp_transport import UdpTransport  # noqa: E402
 from ulogstream.publish import PublishPolicy, PublishSettings  # noqa: E402
@@ -64,47 +63,7 @@ SITL_LINK_RATE = 315_000
 """The simulated link's rate for SITL pace: 70 % of it (the logger's share) is about 220 KB/s."""
 PACES = {"sitl": SITL_LINK_RATE, "usb": USB_LINK_RATE}
 RECEIVERS = ("script", "record", "record --mqtt")
-LOGGING_TYPES = ["LOGGING_DATA_ACKED", "LOGGING_DATA"]
-
-
-# -- the script-style receiver (a subprocess: `bench_real.py script PORT OUT`) -------------------
-
-
-def script_receiver(port: int, out: Path) -> None:
-    """PX4's ``mavlink_ulog_streaming.py`` loop: ack, check the sequence, write; exit on SIGTERM."""
-    from pymavlink import mavutil  # noqa: PLC0415 (only the subprocess needs it)
-
-    stop = False
-
-    def request_stop(_signum: int, _frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, request_stop)
-    mav = mavutil.mavlink_connection(
-        f"udpout:127.0.0.1:{port}", source_system=OUR_SYSTEM, source_component=OUR_COMPONENT
-    )
-    mav.mav.command_long_send(1, 1, mavutil.mavlink.MAV_CMD_LOGGING_START, 0, 0, 0, 0, 0, 0, 0, 0)
-    with out.open("wb") as file:
-        receiver = ReferenceReceiver(file)
-        while not stop:
-            msg = mav.recv_match(type=LOGGING_TYPES, blocking=True, timeout=0.05)
-            if msg is None or msg.target_system != OUR_SYSTEM:
-                continue
-            if msg.get_type() == "LOGGING_DATA_ACKED":
-                mav.mav.logging_ack_send(msg.get_srcSystem(), msg.get_srcComponent(), msg.sequence)
-            lost = receiver.check_sequence(msg.sequence)
-            if lost < 0:
-                continue
-            if lost:
-                receiver.lost(lost)
-            receiver.last_sequence = msg.sequence
-            receiver.process_streamed_ulog_data(msg)
-        mav.mav.command_long_send(
-            1, 1, mavutil.mavlink.MAV_CMD_LOGGING_STOP, 0, 0, 0, 0, 0, 0, 0, 0
-        )
-        file.flush()
-        os.fsync(file.fileno())
+SCRIPT = Path(__file__).with_name("px4_script.py")
 
 
 # -- the decode path alone (in this process) ----------------------------------------------------
@@ -179,7 +138,7 @@ async def run_one(log: Path, receiver: str, link_rate: float, broker: int | None
     port = str(link.local_address[1])
     timer = AckTimer(link)
     if receiver == "script":
-        command = [str(Path(__file__)), "script", port, str(out / "script.ulg")]
+        command = [str(SCRIPT), f"udpout:127.0.0.1:{port}", str(out / "script.ulg")]
     else:
         command = [
             "-m", "ulogstream", "record", f"udpout:127.0.0.1:{port}", "--once", "--no-status",
@@ -272,9 +231,6 @@ async def bench(logs: list[Path], paces: list[str], receivers: list[str]) -> Non
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "script":
-        script_receiver(int(sys.argv[2]), Path(sys.argv[3]))
-        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument(
         "--logs", nargs="+", default=list(DEFAULT_LOGS), help="names in ../shared/data/ulg"
@@ -301,6 +257,7 @@ def main() -> None:
         f"nproc {os.cpu_count()},",
         os.uname().machine,
     )
+    compile_package()
     asyncio.run(bench(logs, args.paces, receivers))
 
 

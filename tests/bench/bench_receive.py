@@ -29,18 +29,19 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import struct
 import sys
 import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
+sys.path.insert(0, str(ROOT / "tests"))
 
+from bench.px4_script import ReferenceReceiver  # noqa: E402
 from pymavlink import mavutil  # noqa: E402
 
 from ulogstream.adapters.file_sink import UlgFileSink  # noqa: E402
@@ -192,61 +193,6 @@ class ReplayLink(mavutil.mavfile):  # type: ignore[misc]
 
     def write(self, buf: bytes) -> None:
         pass
-
-
-_DROPOUT = struct.Struct("<HBH")
-
-
-class ReferenceReceiver:
-    """``check_sequence``, ``process_streamed_ulog_data`` and ``write_ulog_messages``."""
-
-    def __init__(self, file: BinaryIO) -> None:
-        self.file = file
-        self.last_sequence = -1
-        self.got_header = False
-        self.buffer = bytearray()
-        self.synced = True
-        self.dropout_ms = 0
-
-    def check_sequence(self, sequence: int) -> int:
-        """Packets lost before ``sequence``; -1 for a duplicate or an older packet."""
-        if self.last_sequence < 0:
-            return 0
-        distance = (sequence - self.last_sequence) % 0x10000
-        if distance == 0 or distance >= 0x8000:
-            return -1
-        return distance - 1
-
-    def process_streamed_ulog_data(self, msg: mavutil.mavlink.MAVLink_message) -> None:
-        data = bytes(msg.data[: msg.length])
-        if not self.got_header:
-            self.file.write(data[:16])  # whatever the first 16 bytes are
-            self.got_header = True
-            data = data[16:]
-        elif not self.synced:
-            if msg.first_message_offset == 255:
-                return
-            data = data[msg.first_message_offset :]
-            self.synced = True
-            self.file.write(_DROPOUT.pack(2, ord("O"), self.dropout_ms))
-        self.buffer += data
-        self.write_ulog_messages()
-
-    def write_ulog_messages(self) -> None:
-        buffer = self.buffer
-        position = 0
-        while len(buffer) - position >= 3:
-            end = position + 3 + (buffer[position] | buffer[position + 1] << 8)
-            if end > len(buffer):
-                break
-            self.file.write(buffer[position:end])
-            position = end
-        del buffer[:position]
-
-    def lost(self, count: int) -> None:
-        self.buffer.clear()
-        self.synced = False
-        self.dropout_ms = min(count * 10, 250)
 
 
 def run_reference(datagrams: Sequence[bytes], path: Path) -> int:

@@ -8,8 +8,8 @@ PIECE-byte writes at 5700 B/s; the receiver on the other end is a separate proce
 
 - ``record``: ``ulogstream record PTY --baud 57600 --once --no-status`` (ended with two SIGTERMs
   once the stream is over: the vehicle is gone, so the STOP is abandoned at once);
-- ``script``: a pymavlink ``recv_match`` loop like PX4's ``Tools/mavlink_ulog_streaming.py``
-  (ack, sequence check, write), ended by SIGTERM.
+- ``script``: ``px4_script.py``, a pymavlink ``recv_match`` loop like PX4's
+  ``Tools/mavlink_ulog_streaming.py`` (ack, sequence check, write whole messages), ended by SIGTERM.
 
 Both runs get the same bytes; the figure is whole-process CPU (start-up and shutdown included),
 best of ``--runs``, and the ratio record/script.
@@ -33,36 +33,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the suite's helpers
 
+from bench.installed import compile_package
 from packetize import packetize
 
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.sim.flightlog import generate_flight_log
 
 RADIO_BYTES_PER_S = 5700
-SCRIPT = """
-import os, signal, sys
-from pymavlink import mavutil
-stop = False
-def request_stop(*_):
-    global stop
-    stop = True
-signal.signal(signal.SIGTERM, request_stop)
-mav = mavutil.mavlink_connection(sys.argv[1], baud=57600, source_system=254, source_component=155)
-mav.mav.command_long_send(1, 1, mavutil.mavlink.MAV_CMD_LOGGING_START, 0, 0, 0, 0, 0, 0, 0, 0)
-last = -1
-TYPES = ["LOGGING_DATA_ACKED", "LOGGING_DATA"]
-with open(sys.argv[2], "wb") as out:
-    while not stop:
-        msg = mav.recv_match(type=TYPES, blocking=True, timeout=0.05)
-        if msg is None or msg.target_system != 254:
-            continue
-        if msg.get_type() == "LOGGING_DATA_ACKED":
-            mav.mav.logging_ack_send(msg.get_srcSystem(), msg.get_srcComponent(), msg.sequence)
-        if last >= 0 and (msg.sequence - last) % 65536 == 0:
-            continue
-        last = msg.sequence
-        out.write(bytes(msg.data[: msg.length]))
-"""
+SCRIPT = Path(__file__).with_name("px4_script.py")
 
 
 def frames(seconds: float) -> bytes:
@@ -117,7 +95,7 @@ def run(kind: str, data: bytes, piece: int, out_dir: Path) -> float:
             "--no-status", "--out", str(out_dir),
         ]  # fmt: skip
     else:
-        command = [sys.executable, "-c", SCRIPT, device, str(out_dir / "script.ulg")]
+        command = [sys.executable, str(SCRIPT), device, str(out_dir / "script.ulg")]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # the receiver opens the port before the vehicle talks
@@ -143,6 +121,7 @@ def main() -> None:
     parser.add_argument("piece", type=int, nargs="?", default=32)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    compile_package()
     data = frames(args.seconds)
     best = {"record": float("inf"), "script": float("inf")}
     for _ in range(args.runs):

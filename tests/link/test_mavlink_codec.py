@@ -171,6 +171,40 @@ def test_any_chunking_decodes_the_same_packets(seed: int, cuts: list[int]) -> No
     assert codec.skipped_bytes == 0
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), signed=st.booleans(), noise=st.binary(max_size=40))
+def test_bytes_wanted_is_exact_for_a_frame_and_never_more(
+    seed: int, *, signed: bool, noise: bytes
+) -> None:
+    """Feeding the stream byte by byte, no frame completes before ``bytes_wanted`` bytes more.
+
+    Once a clean frame's header is held, the bound is exact: the frame
+    completes at exactly that byte, so a serial port that wakes on it (VMIN) reads each frame the
+    moment it is whole.
+    """
+    frames, _ = sample_frames(6, seed)
+    if signed:
+        sender = vehicle(signing_key=KEY)
+        frames = [sender.encode_heartbeat(), *frames[:2], sender.encode_heartbeat()]
+    stream = noise + b"".join(frames)
+    codec = receiver(signing_key=KEY, accept_unsigned=True) if signed else receiver()
+    wanted, known = codec.bytes_wanted(), False
+    fed_since = completed = 0
+    for byte in stream:
+        got = codec.decode(bytes((byte,)))
+        fed_since += 1
+        if got:
+            completed += len(got)
+            assert fed_since >= wanted, "a frame completed before bytes_wanted bytes came"
+        if known and not noise and fed_since == wanted:
+            assert got, "the frame was not complete after exactly bytes_wanted bytes"
+        if got or fed_since >= wanted:
+            wanted, known = codec.bytes_wanted(), codec.buffered >= 10  # a whole v2 header
+            fed_since = 0
+        assert 1 <= wanted <= MAX_FRAME_LEN
+    assert completed == len(frames)
+
+
 def test_byte_by_byte_feeding_decodes_everything() -> None:
     frames, packets = sample_frames(5)
     codec = receiver()

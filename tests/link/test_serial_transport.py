@@ -225,3 +225,50 @@ async def test_a_registration_left_behind_by_other_code_does_not_blind_the_port(
         assert await receive_exactly_from(waiting, link, 10) == b"still read"
     finally:
         await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_wake_after_reads_a_frame_once_it_is_whole(pty: Pty) -> None:
+    """With ``wake_after(n)`` the reader sleeps through pieces and reads all n bytes in one go.
+
+    Linux returns at most 64 bytes per tty read while VMIN is above 64; the transport reads on
+    until it has everything that is waiting.
+    """
+    link = await open_transport(parse_connection(f"{pty.device}:57600"))
+    assert isinstance(link, SerialTransport)
+    os.write(pty.master, b"a" * 32)
+    assert await link.receive() == b"a" * 32
+    link.wake_after(200)
+    receiving = asyncio.create_task(link.receive())
+    for _ in range(5):  # 160 bytes in 32-byte pieces, as a radio writes them: no wake-up
+        os.write(pty.master, b"b" * 32)
+        await asyncio.sleep(0.01)
+    assert not receiving.done()
+    os.write(pty.master, b"c" * 40)  # 200 bytes waiting
+    async with asyncio.timeout(5):
+        data = await receiving
+    assert data == b"b" * 160 + b"c" * 40
+    link.wake_after(1)
+    os.write(pty.master, b"d")
+    async with asyncio.timeout(5):
+        assert await link.receive() == b"d"
+    await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_device_gone_wakes_a_reader_waiting_for_more_bytes(pty: Pty) -> None:
+    link = await open_transport(parse_connection(f"{pty.device}:57600"))
+    assert isinstance(link, SerialTransport)
+    os.write(pty.master, b"a")
+    assert await link.receive() == b"a"
+    link.wake_after(255)
+    receiving = asyncio.create_task(link.receive())
+    os.write(pty.master, b"x" * 10)
+    await asyncio.sleep(0.02)
+    assert not receiving.done()
+    pty.close_master()
+    # The hangup wakes it; the 10 bytes (part of a frame that can never end) go with the device.
+    async with asyncio.timeout(5):
+        with pytest.raises(LinkError, match="unplugged"):
+            await receiving
+    await link.aclose()

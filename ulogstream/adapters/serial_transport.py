@@ -32,6 +32,12 @@ class _Port(serial.Serial):
 READ_SIZE = 1 << 14
 """Largest chunk one ``receive`` returns."""
 
+TTY_READ_CHUNK = 64
+"""Most bytes one read of a Linux tty returns while ``VMIN`` is above it (see ``_read_rest``)."""
+
+MAX_VMIN = 255
+"""Largest ``VMIN`` (a ``cc_t``): :meth:`SerialTransport.wake_after` asks for at most this."""
+
 MAX_BURST = 16
 """Reads ``receive`` returns back to back before it lets other tasks run once."""
 
@@ -69,6 +75,7 @@ class SerialTransport:
         self._dropped_sends = 0
         self._closed = False
         self._burst = 0
+        self._drained = False
         os.set_blocking(self._fd, False)
         # pyserial's timeout=0 sets VMIN=0, with which an empty read returns b"" instead of
         # EAGAIN; VMIN=1 keeps b"" for a hangup (device gone) only.
@@ -76,6 +83,8 @@ class SerialTransport:
         attributes[6][termios.VMIN] = 1
         attributes[6][termios.VTIME] = 0
         termios.tcsetattr(self._fd, termios.TCSANOW, attributes)
+        self._attributes = attributes
+        self._vmin = 1
         self._readable = ReadableWaiter(self._fd)
 
     @classmethod
@@ -121,6 +130,13 @@ class SerialTransport:
             LinkError: The device went away (USB unplugged) or failed; reopen it to go on.
         """
         while not self._closed:
+            if self._drained:
+                # The last read took less than it could: the kernel's buffer was empty then, so
+                # a read now would almost always fail with EAGAIN. Wait for the loop to say so.
+                self._drained = False
+                self._burst = 0
+                await self._readable.wait()
+                continue
             if self._burst < MAX_BURST:
                 try:
                     data = os.read(self._fd, READ_SIZE)
@@ -135,11 +151,56 @@ class SerialTransport:
                         msg = self._lost("end of file")
                         raise LinkError(msg)
                     self._burst += 1
+                    if self._vmin > TTY_READ_CHUNK and len(data) == TTY_READ_CHUNK:
+                        data = self._read_rest(data)
+                    self._drained = len(data) < READ_SIZE
                     return data
             # Waiting also lets other tasks run after a burst of back-to-back reads.
             self._burst = 0
             await self._readable.wait()
         return b""
+
+    def _read_rest(self, first: bytes) -> bytes:
+        """``first`` and the rest of what is waiting (Linux's tty reads stop at 64 bytes here).
+
+        With ``VMIN`` above 64, a non-blocking read of a tty returns at most 64 bytes however
+        many are waiting (``tty_read`` copies through a 64-byte buffer and, in raw mode, only
+        goes on while ``VMIN`` is met by what it copied), so the reads go on until one is short.
+        """
+        pieces = [first]
+        size = len(first)
+        last = size
+        while last == TTY_READ_CHUNK and size < READ_SIZE:
+            try:
+                piece = os.read(self._fd, READ_SIZE - size)
+            except OSError:
+                break  # nothing more now (EAGAIN), or the device went away: the next read says
+            if not piece:
+                break
+            pieces.append(piece)
+            last = len(piece)
+            size += last
+        return b"".join(pieces)
+
+    def wake_after(self, size: int) -> None:
+        """Have the loop wake this reader only once ``size`` bytes are waiting (at most 255).
+
+        The receive loop passes :meth:`MavlinkCodec.bytes_wanted` after each read, so a frame
+        that arrives in small pieces (a radio's 32-byte writes) is read in one go when it is
+        whole, not once per piece, and no frame is read later than it is complete. In raw mode
+        with ``VTIME`` 0 the kernel's tty layer reports the port readable only when ``VMIN``
+        bytes are there (a hangup still wakes it); reads themselves never wait (``O_NONBLOCK``).
+        """
+        minimum = min(max(size, 1), MAX_VMIN)
+        if minimum == self._vmin or self._closed:
+            return
+        attributes = self._attributes
+        attributes[6][termios.VMIN] = minimum
+        try:
+            termios.tcsetattr(self._fd, termios.TCSANOW, attributes)
+        except termios.error:
+            return  # the device is going away; the next read reports it
+        self._vmin = minimum
 
     def _lost(self, reason: str) -> str:
         """Close the vanished device at once (its descriptor and lock); what to say about it."""

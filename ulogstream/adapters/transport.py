@@ -53,7 +53,9 @@ class ReadableWaiter:
     The transports read their descriptor directly until it would block, then wait here; this
     costs one event-loop wake-up per burst instead of a protocol callback per chunk.
 
-    Every registration is removed before :meth:`wait` returns, and :meth:`close` must be called
+    The descriptor stays registered with the loop from construction to :meth:`close`: on a slow
+    link (a radio's 32-byte pieces) every read is followed by a wait, and registering and removing
+    the reader for each would cost two ``epoll_ctl`` calls per piece. :meth:`close` must be called
     before the descriptor is closed. A registration that outlives its descriptor (the loop does
     not notice the close) would be taken for the next descriptor given the same number, a USB
     device plugged in again, which would then never be read.
@@ -66,6 +68,7 @@ class ReadableWaiter:
         self._fd = fd
         self._loop = asyncio.get_running_loop()
         self._waiting: asyncio.Future[None] | None = None
+        self._readable = False
         self._closed = False
         # ``fd`` was just opened, so any registration under its number is stale: one left by
         # code that closed its descriptor without removing it. Drop it, or add_reader would only
@@ -74,20 +77,32 @@ class ReadableWaiter:
             self._loop.remove_reader(fd)
         with contextlib.suppress(OSError):
             self._loop.remove_writer(fd)
+        self._loop.add_reader(fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        waiting = self._waiting
+        if waiting is None:
+            self._readable = True  # seen while the reader was busy: the next wait returns soon
+        elif not waiting.done():
+            waiting.set_result(None)
 
     async def wait(self) -> None:
-        """Return once ``fd`` is readable, or at once after :meth:`close`."""
+        """Return once ``fd`` is readable, or at once after :meth:`close`.
+
+        It always lets the other tasks run first, even when ``fd`` was already readable.
+        """
         if self._closed:
+            return
+        if self._readable:
+            self._readable = False
+            await asyncio.sleep(0)
             return
         readable = self._loop.create_future()
         self._waiting = readable
-        self._loop.add_reader(self._fd, _set_done, readable)
         try:
             await readable
         finally:
             self._waiting = None
-            if not self._closed:
-                self._loop.remove_reader(self._fd)
 
     def close(self) -> None:
         """Stop watching ``fd`` (before it is closed) and release a waiting :meth:`wait`."""
@@ -95,10 +110,5 @@ class ReadableWaiter:
             return
         self._closed = True
         self._loop.remove_reader(self._fd)
-        if self._waiting is not None:
-            _set_done(self._waiting)
-
-
-def _set_done(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.set_result(None)
