@@ -177,6 +177,22 @@ class PublishSettings:
         )
 
 
+def chooses_alike(a: PublishSettings, b: PublishSettings, name: str) -> bool:
+    """Whether policies with settings ``a`` and ``b`` choose the same JSON samples of ``name``.
+
+    Both publish the topic as JSON at the same rate cap: fed the same events at the same times,
+    they hold, conflate and publish the same rows (the rate cap's state depends on nothing
+    else), so one of them can choose and encode the samples for both.
+    """
+    return (
+        a.encode_json
+        and b.encode_json
+        and a.publishes(name)
+        and b.publishes(name)
+        and a.rate_for(name) == b.rate_for(name)
+    )
+
+
 def valid_topic(topic: str) -> bool:
     """Whether a broker takes ``topic`` as the name of a published message.
 
@@ -783,6 +799,15 @@ class PublishPolicy:
         return out
 
     # -- wall clock --------------------------------------------------------------------------
+
+    def observe_time(self, event: DataRows) -> None:
+        """Anchor the wall clock on a GPS fix in ``event`` without publishing any of its rows.
+
+        For rows another policy publishes (see :func:`chooses_alike`): this policy's logged
+        strings and own samples keep the wall clock that policy's samples carry.
+        """
+        if self._time_source != "gps" and event.subscription.name in GPS_UTC_TOPICS:
+            self._gps_anchor(event)
 
     def _anchor(self, timestamp_us: int) -> None:
         if self._wall_time is not None:
