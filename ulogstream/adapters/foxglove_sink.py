@@ -145,13 +145,15 @@ def foxglove_url(address: ListenAddress, *, tls: bool) -> str:
 class _Instance:
     """One topic instance's channel."""
 
-    __slots__ = ("channel", "dtype", "multi_id", "name", "shared")
+    __slots__ = ("anchors", "channel", "dtype", "multi_id", "name", "shared")
 
     def __init__(self, name: str, multi_id: int, dtype: object, channel: foxglove.Channel) -> None:
         self.name = name
         self.multi_id = multi_id
         self.dtype = dtype
         self.channel = channel
+        self.anchors = name in GPS_UTC_TOPICS
+        """Its rows anchor the wall clock: this sink's policy sees them even when unwatched."""
         self.shared = False
         """Served from the MQTT policy's samples (see :meth:`FoxgloveSink.follow`)."""
 
@@ -265,21 +267,21 @@ class FoxgloveSink:
 
     def event(self, event: ULogEvent, now: float, shared: Sequence[MqttMessage] = ()) -> None:
         """Send what one event causes; ``shared``: what the followed MQTT policy made of it."""
-        if self._readvertise:
-            self._advertise_again()
-        if type(event) is DataRows:
+        if type(event) is DataRows:  # the most frequent event by far: the shortest path
             instance = self._by_msg_id.get(event.subscription.msg_id)
             if instance is not None:
                 if instance.shared:
                     if shared:
                         self.mirror(shared)
-                    if instance.name in GPS_UTC_TOPICS:  # the wall clock's anchor
+                    if instance.anchors:
                         self.policy.observe_time(event)
                     return
-                if not instance.channel.has_sinks() and instance.name not in GPS_UTC_TOPICS:
+                if not instance.anchors and not instance.channel.has_sinks():
                     return  # nobody watches: not encoded at all
         else:
             self._metadata(event)
+        if self._readvertise:
+            self._advertise_again()
         messages = self.policy.select(event, now)
         if messages:
             self.offer(messages)
@@ -289,6 +291,8 @@ class FoxgloveSink:
 
         The payload bytes are MQTT's own; anything else in ``messages`` is left out.
         """
+        if self._readvertise:
+            self._advertise_again()
         by_topic = self._by_shared_topic
         for message in messages:
             instance = by_topic.get(message.topic)
