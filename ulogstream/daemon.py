@@ -194,14 +194,6 @@ class Publisher:
         self.policy = policy
         self.sink = sink
 
-    def events(self, events: list[ULogEvent], now: float) -> None:
-        """Offer what ``events`` cause; never waits (the outbox drops the oldest when full)."""
-        select, offer_all = self.policy.select, self.sink.offer_all
-        for event in events:
-            messages = select(event, now)
-            if messages:
-                offer_all(messages)
-
     def offer(self, messages: list[MqttMessage]) -> None:
         """Queue retained or status messages."""
         self.sink.offer_all(messages)
