@@ -96,20 +96,21 @@ def test_one_decoding_serves_both_outlets_with_the_rows_the_wider_needs() -> Non
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("foxglove_rate", [10.0, 0.0])
-async def test_samples_both_outlets_choose_alike_are_encoded_once_and_sent_as_the_same_bytes(
-    tmp_path: Path, foxglove_rate: float
+@pytest.mark.parametrize(("mqtt_rate", "foxglove_rate"), [(10.0, 10.0), (10.0, 0.0), (0.0, 10.0)])
+async def test_samples_both_outlets_choose_are_encoded_once_and_sent_as_the_same_bytes(
+    tmp_path: Path, mqtt_rate: float, foxglove_rate: float
 ) -> None:
     """MQTT and Foxglove at the same cap: Foxglove logs MQTT's payload bytes, encodes nothing.
 
-    At another cap (0: every sample) Foxglove chooses and encodes its own, with the same wall
-    clock: every MQTT sample is among them byte for byte. What Foxglove logged is read back
-    from the SDK's own MCAP sink on the sink's context.
+    At other caps Foxglove chooses its own rows, with the same wall clock: the samples both
+    send are the same bytes, and a row MQTT has just encoded is not encoded again (MQTT at
+    rate 0 encodes each batch whole; Foxglove at 10 Hz takes its newest row from it). What
+    Foxglove logged is read back from the SDK's own MCAP sink on the sink's context.
     """
     out = io.BytesIO()
     generate_flight_log(out, duration_s=10.0, seed=5)
     datagrams = recorded_stream(out.getvalue())
-    mqtt_policy = PublishPolicy(PublishSettings(vehicle_id="t", rate_hz=10.0))
+    mqtt_policy = PublishPolicy(PublishSettings(vehicle_id="t", rate_hz=mqtt_rate))
     mqtt_sink = MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=1_000_000))
     view = build_foxglove(FoxgloveSettings(enabled=True, default_rate_hz=foxglove_rate))
     assert view is not None
@@ -161,9 +162,15 @@ async def test_samples_both_outlets_choose_alike_are_encoded_once_and_sent_as_th
         assert log_time == round(json_sample_time(data) * 1e9)
     logged_payloads = Counter(data for _, data, _ in logged)
     mqtt_payloads = Counter(m.payload for m in mqtt_samples)
-    if foxglove_rate == 10.0:
-        assert view.policy.published_samples == 0  # nothing chosen or encoded twice
+    own = view.policy
+    if foxglove_rate == mqtt_rate:
+        assert own.published_samples == 0  # nothing chosen or encoded twice
         assert logged_payloads == mqtt_payloads
-    else:
-        assert view.policy.published_samples == len(logged) > len(mqtt_samples)
+    elif foxglove_rate == 0.0:
+        assert own.published_samples == len(logged) > len(mqtt_samples)
         assert not mqtt_payloads - logged_payloads  # the same t: one wall-clock anchor
+    else:
+        assert own.published_samples == len(logged) < len(mqtt_samples)
+        assert not logged_payloads - mqtt_payloads
+        # the rows chosen as a batch arrives come from MQTT's encoding; held ones are encoded
+        assert len(logged) / 2 < own.reused_samples <= len(logged)

@@ -262,8 +262,11 @@ class FoxgloveSink:
         Takes effect for the topic instances subscribed from then on (the pipeline calls it as
         each log starts). Their rows then reach this sink only as MQTT's JSON messages, passed
         to :meth:`event` and :meth:`mirror`: this sink's policy neither chooses nor encodes them.
+        Where the rate caps differ, this sink's policy still takes the payloads of rows MQTT's
+        has just encoded (:meth:`~ulogstream.publish.PublishPolicy.reuse_json_of`).
         """
         self._shared = mqtt
+        self.policy.reuse_json_of(mqtt)
 
     def event(self, event: ULogEvent, now: float, shared: Sequence[MqttMessage] = ()) -> None:
         """Send what one event causes; ``shared``: what the followed MQTT policy made of it."""
