@@ -195,20 +195,6 @@ class Publisher:
         self.policy = policy
         self.sink = sink
 
-    def events(self, events: list[ULogEvent], now: float) -> None:
-        """Offer what ``events`` cause; never waits (the outbox drops the oldest when full)."""
-        select, offer_all = self.policy.select, self.sink.offer_all
-        for event in events:
-            messages = select(event, now)
-            if messages:
-                offer_all(messages)
-
-    def event(self, event: ULogEvent, now: float) -> None:
-        """Offer what one event causes (the pipeline's per-event loop with Foxglove on)."""
-        messages = self.policy.select(event, now)
-        if messages:
-            self.sink.offer_all(messages)
-
     def offer(self, messages: list[MqttMessage]) -> None:
         """Queue retained or status messages."""
         self.sink.offer_all(messages)
@@ -329,14 +315,26 @@ class Pipeline:
         if deadline is not None and now >= deadline:
             self.execute(self.session.handle_timer(now), now)
         self.files.flush_due(now)
-        if self.publisher is not None:
-            held = self.publisher.policy.flush_due(now)
+        self._flush_held(now)
+
+    def _flush_held(self, now: float, *, due_only: bool = False) -> None:
+        """Held samples of paused topics and pending status updates to the live outlets.
+
+        MQTT's go to Foxglove too: those of the instances it serves from MQTT's samples.
+        """
+        for outlet in (self.publisher, self.foxglove):
+            if outlet is None:
+                continue
+            policy = outlet.policy
+            if due_only:
+                due = policy.next_deadline()
+                if due is None or due > now:
+                    continue
+            held = policy.flush_due(now)
             if held:
-                self.publisher.offer(held)
-        if self.foxglove is not None:
-            held = self.foxglove.policy.flush_due(now)
-            if held:
-                self.foxglove.offer(held)
+                outlet.offer(held)
+                if outlet is self.publisher and self.foxglove is not None:
+                    self.foxglove.mirror(held)
 
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`timer` has something to do."""
@@ -503,24 +501,26 @@ class Pipeline:
                 if clock() >= deadline:
                     break
         else:
-            # The Foxglove view takes the same events after MQTT (one decoding for both).
-            handlers = [o.event for o in (publisher, foxglove) if o is not None]
-            while pending:
-                event = popleft()
-                for handle in handlers:
-                    handle(event, now)
-                if clock() >= deadline:
-                    break
+            # The Foxglove view takes the same events after MQTT (one decoding for both), with
+            # MQTT's messages: the samples both choose alike are chosen and encoded once.
+            show = foxglove.event
+            if publisher is None:
+                while pending:
+                    show(popleft(), now)
+                    if clock() >= deadline:
+                        break
+            else:
+                select, offer_all = publisher.policy.select, publisher.sink.offer_all
+                while pending:
+                    event = popleft()
+                    messages = select(event, now)
+                    if messages:
+                        offer_all(messages)
+                    show(event, now, messages)
+                    if clock() >= deadline:
+                        break
         # Held samples of paused topics come due between timer ticks: send them now.
-        for outlet in (publisher, foxglove):
-            if outlet is None:
-                continue
-            policy = outlet.policy
-            due = policy.next_deadline()
-            if due is not None and due <= now:
-                held = policy.flush_due(now)
-                if held:
-                    outlet.offer(held)
+        self._flush_held(now, due_only=True)
         return not pending
 
     def _new_parser(self) -> ULogParser:
@@ -542,10 +542,10 @@ class Pipeline:
         self._count()
         self._rows_decoded += parser.decoded_rows
         self._parser = None
-        if self.publisher is not None:
-            self.publisher.events(events, now)
-        if self.foxglove is not None:
-            self.foxglove.events(events, now)
+        if self.publisher is not None or self.foxglove is not None:
+            self._pending_events.extend(events)
+            self._decode_now = now
+            self._offer_events(math.inf)
 
     def _count(self) -> None:
         """The status's topic counters from the parser's framing (every row, decoded or not)."""
@@ -576,12 +576,16 @@ class Pipeline:
         self._log_id = self.files.start_log()  # the file is created by the worker, in order
         self._log_timestamp_us = timestamp_us
         # Now, before any of the log is decoded: the file's name comes later from the worker,
-        # and a policy reset then would forget the topics already subscribed.
+        # and a policy reset then would forget the topics already subscribed. One wall-clock
+        # anchor for both outlets: their samples carry the same ``t``.
+        if self.foxglove is not None:
+            self.foxglove.follow(None if self.publisher is None else self.publisher.policy)
+        wall_time = time.time()
         for outlet in (self.publisher, self.foxglove):
             if outlet is not None:
                 outlet.offer(
                     outlet.policy.log_started(
-                        wall_time=time.time(), now=now, first_timestamp_us=timestamp_us or None
+                        wall_time=wall_time, now=now, first_timestamp_us=timestamp_us or None
                     )
                 )
         self.status.state = "streaming"

@@ -177,6 +177,22 @@ class PublishSettings:
         )
 
 
+def chooses_alike(a: PublishSettings, b: PublishSettings, name: str) -> bool:
+    """Whether policies with settings ``a`` and ``b`` choose the same JSON samples of ``name``.
+
+    Both publish the topic as JSON at the same rate cap: fed the same events at the same times,
+    they hold, conflate and publish the same rows (the rate cap's state depends on nothing
+    else), so one of them can choose and encode the samples for both.
+    """
+    return (
+        a.encode_json
+        and b.encode_json
+        and a.publishes(name)
+        and b.publishes(name)
+        and a.rate_for(name) == b.rate_for(name)
+    )
+
+
 def valid_topic(topic: str) -> bool:
     """Whether a broker takes ``topic`` as the name of a published message.
 
@@ -472,6 +488,12 @@ class PublishPolicy:
         """Messages not built because a parameter or topic name cannot be a topic level
         (``+``, ``#``, ``/``, NUL, control characters, empty); also ``skipped_topics`` in the
         status. The rest of the log publishes as usual."""
+        self.reused_samples = 0
+        """JSON sample payloads taken from the policy of :meth:`reuse_json_of`, which had just
+        encoded the same rows with the same wall clock, instead of encoding them again."""
+        self._json_source: PublishPolicy | None = None
+        self.last_json: tuple[DataRows, int | None, float, list[bytes]] | None = None
+        """The newest JSON encoding: the event, its row (None: all), the time base, payloads."""
         self._reset_log()
 
     def _reset_log(self) -> None:
@@ -758,11 +780,14 @@ class PublishPolicy:
         qos = settings.qos
         out: list[MqttMessage] = []
         if settings.encode_json:
-            times = [f"{base + s / 1e6:.6f}" for s in stamps]
+            payloads = self._reused_json(event, index, base)
+            if payloads is None:
+                times = [f"{base + s / 1e6:.6f}" for s in stamps]
+                payloads = inst.encoder.json_payloads(rows, stamps, times)
+            self.last_json = (event, index, base, payloads)
             topic = inst.json_topic
             out.extend(
-                MqttMessage(topic, p, qos=qos, content_type=JSON_CONTENT_TYPE)
-                for p in inst.encoder.json_payloads(rows, stamps, times)
+                MqttMessage(topic, p, qos=qos, content_type=JSON_CONTENT_TYPE) for p in payloads
             )
         if settings.encode_msgpack:
             ftimes: list[float | None] = [round(base + s / 1e6, 6) for s in stamps]
@@ -782,7 +807,41 @@ class PublishPolicy:
         self.published_samples += len(rows)
         return out
 
+    def reuse_json_of(self, source: PublishPolicy | None) -> None:
+        """Take JSON payloads from ``source`` when it has just encoded the same rows (None: off).
+
+        For two policies fed the same events one after the other (``source`` first) whose rate
+        caps differ: a row both choose, e.g. the newest of a batch ``source`` publishes whole
+        at rate 0, is encoded once. The bytes are the same (same row, same time base).
+        """
+        self._json_source = source
+
+    def _reused_json(self, event: DataRows, index: int | None, base: float) -> list[bytes] | None:
+        """The payloads of row ``index`` of ``event`` (all when None) the source just encoded."""
+        source = self._json_source
+        last = None if source is None else source.last_json
+        if last is None or last[0] is not event or last[2] != base:
+            return None
+        _, last_index, _, payloads = last
+        if last_index == index:
+            found = payloads
+        elif last_index is None and index is not None:
+            found = payloads[index : index + 1]
+        else:
+            return None
+        self.reused_samples += len(found)
+        return found
+
     # -- wall clock --------------------------------------------------------------------------
+
+    def observe_time(self, event: DataRows) -> None:
+        """Anchor the wall clock on a GPS fix in ``event`` without publishing any of its rows.
+
+        For rows another policy publishes (see :func:`chooses_alike`): this policy's logged
+        strings and own samples keep the wall clock that policy's samples carry.
+        """
+        if self._time_source != "gps" and event.subscription.name in GPS_UTC_TOPICS:
+            self._gps_anchor(event)
 
     def _anchor(self, timestamp_us: int) -> None:
         if self._wall_time is not None:

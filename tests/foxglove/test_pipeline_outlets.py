@@ -1,22 +1,27 @@
-"""The pipeline's live outlets (MQTT, Foxglove) start each log before any of it is decoded."""
+"""The live outlets (MQTT, Foxglove): each log started before it is decoded, rows shared."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+from collections import Counter
 from typing import TYPE_CHECKING
 
+import foxglove
 import numpy as np
 import pytest
 from bench.bench_receive import recorded_stream
+from mcap.reader import make_reader
 from waiting import eventually
 
 from ulogstream.adapters.file_sink import UlgFileSink
+from ulogstream.adapters.foxglove_sink import build_foxglove
 from ulogstream.adapters.log_files import LogFiles
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
+from ulogstream.config import FoxgloveSettings
 from ulogstream.daemon import Pipeline, Publisher, RecorderStatus, _widest_rows
 from ulogstream.mavlink_codec import MavlinkCodec
-from ulogstream.publish import PublishPolicy, PublishSettings
+from ulogstream.publish import JSON_CONTENT_TYPE, PublishPolicy, PublishSettings, json_sample_time
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.stream.session import LoggingSession
 from ulogstream.ulog.events import Subscription
@@ -88,3 +93,84 @@ def test_one_decoding_serves_both_outlets_with_the_rows_the_wider_needs() -> Non
     assert _widest_rows([capped, every], sub) is RowSelection.ALL
     assert _widest_rows([unpublished, capped], sub) is RowSelection.NEWEST
     assert _widest_rows([unpublished, unpublished], sub) is RowSelection.NONE
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("mqtt_rate", "foxglove_rate"), [(10.0, 10.0), (10.0, 0.0), (0.0, 10.0)])
+async def test_samples_both_outlets_choose_are_encoded_once_and_sent_as_the_same_bytes(
+    tmp_path: Path, mqtt_rate: float, foxglove_rate: float
+) -> None:
+    """MQTT and Foxglove at the same cap: Foxglove logs MQTT's payload bytes, encodes nothing.
+
+    At other caps Foxglove chooses its own rows, with the same wall clock: the samples both
+    send are the same bytes, and a row MQTT has just encoded is not encoded again (MQTT at
+    rate 0 encodes each batch whole; Foxglove at 10 Hz takes its newest row from it). What
+    Foxglove logged is read back from the SDK's own MCAP sink on the sink's context.
+    """
+    out = io.BytesIO()
+    generate_flight_log(out, duration_s=10.0, seed=5)
+    datagrams = recorded_stream(out.getvalue())
+    mqtt_policy = PublishPolicy(PublishSettings(vehicle_id="t", rate_hz=mqtt_rate))
+    mqtt_sink = MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=1_000_000))
+    view = build_foxglove(FoxgloveSettings(enabled=True, default_rate_hz=foxglove_rate))
+    assert view is not None
+    recording = foxglove.open_mcap(tmp_path / "view.mcap", context=view._context)
+    pipelines: list[Pipeline] = []
+    files = LogFiles(
+        UlgFileSink(tmp_path / "logs", min_free_mb=0),
+        lambda event: pipelines[0].file_event(event),  # noqa: PLW0108 (made below)
+    )
+    pipeline = Pipeline(
+        codec=MavlinkCodec(system_id=254, component_id=155),
+        session=LoggingSession(target_system=1),
+        files=files,
+        status=RecorderStatus(),
+        publisher=Publisher(mqtt_policy, mqtt_sink),
+        foxglove=view,
+    )
+    pipelines.append(pipeline)
+    files.start()
+    now = 0.0
+    try:
+        pipeline.attach(lambda _data: None, 0.0, restored=False)
+        pipeline.start(0.0)
+        for number, datagram in enumerate(datagrams, 1):
+            now = number / 2100
+            pipeline.receive(datagram, now)
+            if number % 210 == 0:
+                pipeline._drain_backlog()
+                pipeline.timer(now)
+        pipeline.abandon(now)  # the log ends: the rest is decoded and sent
+    finally:
+        await files.aclose()
+        await asyncio.sleep(0)
+        recording.close()
+        view.stop()
+
+    mqtt_samples = [
+        m for m in mqtt_sink._outbox if m.content_type == JSON_CONTENT_TYPE and "/json/" in m.topic
+    ]
+    assert len(mqtt_samples) > 50
+    with (tmp_path / "view.mcap").open("rb") as stream:
+        logged = [
+            (channel.topic, message.data, message.log_time)
+            for _, channel, message in make_reader(stream).iter_messages()
+            if channel.topic.startswith("/")
+            and channel.topic not in {"/rosout", "/ulogstream/status"}
+        ]
+    for _, data, log_time in logged:
+        assert log_time == round(json_sample_time(data) * 1e9)
+    logged_payloads = Counter(data for _, data, _ in logged)
+    mqtt_payloads = Counter(m.payload for m in mqtt_samples)
+    own = view.policy
+    if foxglove_rate == mqtt_rate:
+        assert own.published_samples == 0  # nothing chosen or encoded twice
+        assert logged_payloads == mqtt_payloads
+    elif foxglove_rate == 0.0:
+        assert own.published_samples == len(logged) > len(mqtt_samples)
+        assert not mqtt_payloads - logged_payloads  # the same t: one wall-clock anchor
+    else:
+        assert own.published_samples == len(logged) < len(mqtt_samples)
+        assert not logged_payloads - mqtt_payloads
+        # the rows chosen as a batch arrives come from MQTT's encoding; held ones are encoded
+        assert len(logged) / 2 < own.reused_samples <= len(logged)

@@ -6,9 +6,12 @@ is a non-blocking hand-over, so a slow or vanished viewer never delays an ack, t
 Each viewer has a bounded backlog (``foxglove.backlog``); when it is full the oldest messages are
 dropped for that viewer alone.
 
-What is sent is what MQTT sends: a :class:`~ulogstream.publish.PublishPolicy` of its own (this
-sink's rate cap) chooses the rows and builds the JSON sample objects, so fields, NaN-as-null and
-wall-clock ``t`` are those of the MQTT JSON payloads. The sink routes its messages:
+What is sent is what MQTT sends: a :class:`~ulogstream.publish.PublishPolicy` chooses the rows
+and builds the JSON sample objects, so fields, NaN-as-null and wall-clock ``t`` are those of the
+MQTT JSON payloads. With MQTT on, a topic instance both publish alike (JSON at the same rate cap:
+:func:`~ulogstream.publish.chooses_alike`) is served from MQTT's own messages, the very payload
+bytes (see :meth:`FoxgloveSink.follow`): one choice and one encoding of each row for both. The
+rest (another rate cap, MQTT off) goes through a policy of this sink's own. The sink routes:
 
 - samples of topic instance ``(name, multi_id)`` to a channel named as in the MCAP export
   (``/vehicle_attitude``, ``/sensor_accel_1``), JSON-encoded with a JSON Schema of the row;
@@ -39,6 +42,7 @@ from ulogstream.publish import (
     MqttMessage,
     PublishPolicy,
     PublishSettings,
+    chooses_alike,
     json_sample_time,
     row_json_schema,
 )
@@ -53,6 +57,7 @@ from ulogstream.ulog.events import (
 from ulogstream.ulog.gps_time import GPS_UTC_TOPICS
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
     from foxglove.websocket import Client, WebSocketServer
@@ -140,12 +145,17 @@ def foxglove_url(address: ListenAddress, *, tls: bool) -> str:
 class _Instance:
     """One topic instance's channel."""
 
-    __slots__ = ("channel", "dtype", "name")
+    __slots__ = ("anchors", "channel", "dtype", "multi_id", "name", "shared")
 
-    def __init__(self, name: str, dtype: object, channel: foxglove.Channel) -> None:
+    def __init__(self, name: str, multi_id: int, dtype: object, channel: foxglove.Channel) -> None:
         self.name = name
+        self.multi_id = multi_id
         self.dtype = dtype
         self.channel = channel
+        self.anchors = name in GPS_UTC_TOPICS
+        """Its rows anchor the wall clock: this sink's policy sees them even when unwatched."""
+        self.shared = False
+        """Served from the MQTT policy's samples (see :meth:`FoxgloveSink.follow`)."""
 
 
 class FoxgloveSink:
@@ -166,8 +176,12 @@ class FoxgloveSink:
         self._server: WebSocketServer | None = None
         self._by_msg_id: dict[int, _Instance] = {}
         self._by_key: dict[tuple[str, int], _Instance] = {}
-        self._by_topic: dict[str, foxglove.Channel] = {}
-        """Channels by the policy's JSON topic."""
+        self._by_topic: dict[str, _Instance] = {}
+        """Instances by this sink's policy's JSON topic (those not shared with MQTT)."""
+        self._shared: PublishPolicy | None = None
+        """MQTT's policy, whose JSON samples this sink serves where it chooses alike."""
+        self._by_shared_topic: dict[str, _Instance] = {}
+        """Instances served from MQTT's samples, by MQTT's JSON topic."""
         self._taken: set[str] = {LOG_TOPIC, PARAMETER_TOPIC, STATUS_TOPIC}
         self._log_channel = self._json_channel(LOG_TOPIC, LOG_SCHEMA_NAME, LOG_SCHEMA)
         self._status_channel = self._json_channel(STATUS_TOPIC, "ulogstream.Status", STATUS_SCHEMA)
@@ -226,9 +240,12 @@ class FoxgloveSink:
 
     def stop(self) -> None:
         """Close every channel and stop the server (viewers see it close)."""
-        for channel in [*self._by_topic.values(), self._log_channel, self._status_channel]:
-            channel.close()
+        for instance in self._by_key.values():
+            instance.channel.close()
+        self._log_channel.close()
+        self._status_channel.close()
         self._by_topic.clear()
+        self._by_shared_topic.clear()
         self._by_msg_id.clear()
         self._by_key.clear()
         if self._server is not None:
@@ -239,37 +256,62 @@ class FoxgloveSink:
 
     # -- events (the Publisher interface) -------------------------------------------------------
 
-    def events(self, events: list[ULogEvent], now: float) -> None:
-        """Send what ``events`` cause; never waits (each viewer's backlog drops its oldest)."""
-        for event in events:
-            self.event(event, now)
+    def follow(self, mqtt: PublishPolicy | None) -> None:
+        """Serve the samples MQTT's ``mqtt`` policy chooses alike from its messages (None: off).
 
-    def event(self, event: ULogEvent, now: float) -> None:
-        """Send what one event causes."""
-        if self._readvertise:
-            self._advertise_again()
-        if type(event) is DataRows:
+        Takes effect for the topic instances subscribed from then on (the pipeline calls it as
+        each log starts). Their rows then reach this sink only as MQTT's JSON messages, passed
+        to :meth:`event` and :meth:`mirror`: this sink's policy neither chooses nor encodes them.
+        Where the rate caps differ, this sink's policy still takes the payloads of rows MQTT's
+        has just encoded (:meth:`~ulogstream.publish.PublishPolicy.reuse_json_of`).
+        """
+        self._shared = mqtt
+        self.policy.reuse_json_of(mqtt)
+
+    def event(self, event: ULogEvent, now: float, shared: Sequence[MqttMessage] = ()) -> None:
+        """Send what one event causes; ``shared``: what the followed MQTT policy made of it."""
+        if type(event) is DataRows:  # the most frequent event by far: the shortest path
             instance = self._by_msg_id.get(event.subscription.msg_id)
-            if (
-                instance is not None
-                and not instance.channel.has_sinks()
-                and instance.name not in GPS_UTC_TOPICS  # the wall clock's anchor
-            ):
-                return  # nobody watches: not encoded at all
+            if instance is not None:
+                if instance.shared:
+                    if shared:
+                        self.mirror(shared)
+                    if instance.anchors:
+                        self.policy.observe_time(event)
+                    return
+                if not instance.anchors and not instance.channel.has_sinks():
+                    return  # nobody watches: not encoded at all
         else:
             self._metadata(event)
+        if self._readvertise:
+            self._advertise_again()
         messages = self.policy.select(event, now)
         if messages:
             self.offer(messages)
 
+    def mirror(self, messages: Sequence[MqttMessage]) -> None:
+        """Send the followed MQTT policy's JSON samples of shared instances to their channels.
+
+        The payload bytes are MQTT's own; anything else in ``messages`` is left out.
+        """
+        if self._readvertise:
+            self._advertise_again()
+        by_topic = self._by_shared_topic
+        for message in messages:
+            instance = by_topic.get(message.topic)
+            if instance is not None:
+                time_ns = round(json_sample_time(message.payload) * 1e9)
+                instance.channel.log(message.payload, log_time=time_ns)
+                self.sent += 1
+
     def offer(self, messages: list[MqttMessage]) -> None:
-        """Send the policy's samples, logged strings and status to their channels."""
+        """Send this sink's policy's samples, logged strings and status to their channels."""
         by_topic = self._by_topic
         for message in messages:
-            channel = by_topic.get(message.topic)
-            if channel is not None:
+            instance = by_topic.get(message.topic)
+            if instance is not None:
                 time_ns = round(json_sample_time(message.payload) * 1e9)
-                channel.log(message.payload, log_time=time_ns)
+                instance.channel.log(message.payload, log_time=time_ns)
             elif message.topic == self.policy.status_topic:
                 self._status_channel.log(message.payload, log_time=time.time_ns())
             elif message.topic == self.policy.log_topic:
@@ -335,9 +377,24 @@ class FoxgloveSink:
                 topic = instance_topic(sub.name, sub.multi_id, self._taken)
                 self._taken.add(topic)
             channel = self._json_channel(topic, sub.name, row_json_schema(sub.name, sub.dtype))
-            instance = self._by_key[key] = _Instance(sub.name, sub.dtype, channel)
-            self._by_topic[self.policy.json_topic(sub.name, sub.multi_id)] = channel
+            instance = self._by_key[key] = _Instance(sub.name, sub.multi_id, sub.dtype, channel)
+        self._route(instance)
         self._by_msg_id[sub.msg_id] = instance
+
+    def _route(self, instance: _Instance) -> None:
+        """Serve ``instance`` from MQTT's samples when MQTT chooses them alike, else its own."""
+        own_topic = self.policy.json_topic(instance.name, instance.multi_id)
+        mqtt = self._shared
+        instance.shared = mqtt is not None and chooses_alike(
+            mqtt.settings, self.policy.settings, instance.name
+        )
+        if mqtt is not None and instance.shared:
+            self._by_topic.pop(own_topic, None)
+            self._by_shared_topic[mqtt.json_topic(instance.name, instance.multi_id)] = instance
+        else:
+            if mqtt is not None:
+                self._by_shared_topic.pop(mqtt.json_topic(instance.name, instance.multi_id), None)
+            self._by_topic[own_topic] = instance
 
     def _advertise_again(self) -> None:
         """Replace the channels a viewer failed to subscribe to: it subscribes to the new one.
@@ -349,7 +406,7 @@ class FoxgloveSink:
         """
         ids = set(self._readvertise)
         self._readvertise.difference_update(ids)
-        for key, instance in list(self._by_key.items()):
+        for instance in self._by_key.values():
             old = instance.channel
             if old.id() not in ids:
                 continue
@@ -360,7 +417,6 @@ class FoxgloveSink:
                 old.topic(), schema=schema, message_encoding="json", context=self._context
             )
             instance.channel = channel
-            self._by_topic[self.policy.json_topic(*key)] = channel
             self.readvertised += 1
 
     def _json_channel(
