@@ -26,16 +26,16 @@ import signal
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from ulogstream.config import SettingError, UploadSettings, upload_command
-from ulogstream.errors import ConfigError, ULogFormatError
+from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UploadRejectedError
 from ulogstream.ulog.events import DefinitionsEnd, Info
 from ulogstream.ulog.parser import ULogParser
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +199,45 @@ def describe(
     )
 
 
+class UploadTarget(Protocol):
+    """Where finished logs go: one :meth:`upload` per log, retried by :class:`LogShipper`.
+
+    Attributes:
+        name: What the log lines call it (``"rclone"``, ``"Flight Review https://..."``).
+    """
+
+    name: str
+
+    async def upload(self, info: FinishedLogInfo) -> str:
+        """Upload the log ``info`` describes; it may be cancelled at any await.
+
+        Returns:
+            Where the log went: a URL or an object key (shown in the log line).
+
+        Raises:
+            UploadRejectedError: The remote refused the log for good (retrying cannot help).
+            Exception: Anything else (OSError, LinkError, TimeoutError, ...): retried with
+                backoff.
+        """
+        ...
+
+
+def make_target(settings: UploadSettings) -> UploadTarget | None:
+    """The target ``upload.target`` names, or None when logs are not uploaded.
+
+    Raises:
+        ConfigError: Its settings cannot be used.
+    """
+    match settings.target:
+        case "command":
+            return None if settings.command is None else CommandTarget(settings)
+        case "flight_review":
+            msg = 'upload.target = "flight_review" is not built yet'
+            raise ConfigError(msg)
+        # >>> S3 PLUG-IN POINT (merge): a third case for "s3" returns S3Target(settings) from
+        # ulogstream/adapters/s3_upload.py; add "s3" to config.UploadTargetName with it. <<<
+
+
 async def _kill(process: asyncio.subprocess.Process) -> None:
     """Kill ``process`` and everything it started (its process group), then reap it."""
     with contextlib.suppress(ProcessLookupError):
@@ -206,40 +245,110 @@ async def _kill(process: asyncio.subprocess.Process) -> None:
     await process.wait()
 
 
-class LogShipper:
-    """Describes, announces and (with a command) uploads finished logs, off the event loop's path.
+class CommandTarget:
+    """Uploads with ``upload.command``: a program run without a shell, placeholders filled in.
 
     Args:
-        settings: The ``[upload]`` settings.
+        settings: The ``[upload]`` settings (``command`` set).
 
     Raises:
         ConfigError: ``settings.command`` cannot be used.
     """
 
     def __init__(self, settings: UploadSettings) -> None:
-        self.settings = settings
+        if settings.command is None:
+            msg = "upload.command is not set; set it or another upload.target"
+            raise ConfigError(msg)
         try:
-            self._words = None if settings.command is None else upload_command(settings.command)
+            self._words = upload_command(settings.command)
         except SettingError as err:
             raise ConfigError(str(err)) from None
+        self._timeout_s = settings.timeout_s
+        self.name = Path(self._words[0]).name
+
+    async def upload(self, info: FinishedLogInfo) -> str:
+        """Run the command once for ``info``.
+
+        Returns:
+            The last line the command printed (at most 200 characters), else its name.
+
+        Raises:
+            LinkError: It could not be run or exited with an error.
+            TimeoutError: It outlasted ``upload.timeout_s`` and was killed.
+        """
+        values = {
+            "path": str(info.path),
+            "name": info.path.name,
+            "stem": info.path.stem,
+            "vehicle": info.vehicle,
+            "date": info.date,
+            "sha256": info.sha256 or "",
+        }
+        argv = [word.format_map(values) for word in self._words]
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a kill reaches its children
+            )
+        except OSError as err:
+            msg = f"cannot run {argv[0]}: {err.strerror}"
+            raise LinkError(msg) from None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                output, _ = await process.communicate()
+        except TimeoutError:
+            await _kill(process)
+            msg = f"{argv[0]} took longer than {self._timeout_s:g} s and was killed"
+            raise TimeoutError(msg) from None
+        except BaseException:  # cancelled (stopping): never leave the command running
+            if process.returncode is None:
+                await _kill(process)
+            raise
+        lines = output.decode(errors="replace").strip().splitlines()
+        if process.returncode != 0:
+            said = f": {lines[-1][:200]}" if lines else ""
+            msg = f"{argv[0]} exited with {process.returncode}{said}"
+            raise LinkError(msg)
+        return lines[-1][:200] if lines else self.name
+
+
+class LogShipper:
+    """Describes, announces and (with a target) uploads finished logs, off the event loop's path.
+
+    Args:
+        settings: The ``[upload]`` settings.
+        target: Where logs go; by default the one :func:`make_target` makes of ``settings``.
+
+    Raises:
+        ConfigError: The settings of ``upload.target`` cannot be used.
+    """
+
+    def __init__(self, settings: UploadSettings, target: UploadTarget | None = None) -> None:
+        self.settings = settings
+        self.target = make_target(settings) if target is None else target
         self._describe: asyncio.Queue[_Finished] = asyncio.Queue(DESCRIBE_QUEUE)
         self._uploads: asyncio.Queue[FinishedLogInfo] = asyncio.Queue(settings.queue_size)
         self._uploading = 0
         self.uploaded = 0
-        """Logs whose command succeeded."""
+        """Logs whose upload succeeded."""
         self.failed = 0
-        """Logs given up after every attempt failed."""
+        """Logs given up: every attempt failed, or the remote refused them."""
         self.skipped = 0
-        """Logs not uploaded because the queue was full."""
+        """Logs not uploaded because the queue was full (or the file was gone)."""
         self.announced = 0
         """Finished logs handed to their ``announce``."""
         self.last_error: str | None = None
-        """Why the last failed run failed."""
+        """Why the last failed attempt failed."""
+        self.locations: list[str] = []
+        """Where the uploaded logs went (URL or key), in order; the newest 100."""
 
     @property
     def uploads(self) -> bool:
-        """Whether an upload command is set."""
-        return self._words is not None
+        """Whether finished logs are uploaded (a target is set)."""
+        return self.target is not None
 
     @property
     def backlog(self) -> int:
@@ -283,8 +392,8 @@ class LogShipper:
         """Describe and upload for ever (until cancelled)."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self._describe_loop())
-            if self._words is not None:
-                group.create_task(self._upload_loop(self._words))
+            if self.target is not None:
+                group.create_task(self._upload_loop(self.target))
 
     async def _describe_loop(self) -> None:
         while True:
@@ -301,7 +410,7 @@ class LogShipper:
                 if item.announce is not None:
                     item.announce(info)
                     self.announced += 1
-                if self._words is not None:
+                if self.target is not None:
                     try:
                         self._uploads.put_nowait(info)
                     except asyncio.QueueFull:
@@ -314,12 +423,12 @@ class LogShipper:
             finally:
                 self._describe.task_done()
 
-    async def _upload_loop(self, words: list[str]) -> None:
+    async def _upload_loop(self, target: UploadTarget) -> None:
         while True:
             info = await self._uploads.get()
             self._uploading = 1
             try:
-                await self._upload(words, info)
+                await self._upload(target, info)
             except asyncio.CancelledError:
                 left = 1 + self._uploads.qsize()
                 logger.warning(
@@ -332,17 +441,8 @@ class LogShipper:
                 self._uploading = 0
                 self._uploads.task_done()
 
-    async def _upload(self, words: list[str], info: FinishedLogInfo) -> None:
+    async def _upload(self, target: UploadTarget, info: FinishedLogInfo) -> None:
         settings = self.settings
-        values = {
-            "path": str(info.path),
-            "name": info.path.name,
-            "stem": info.path.stem,
-            "vehicle": info.vehicle,
-            "date": info.date,
-            "sha256": info.sha256 or "",
-        }
-        argv = [word.format_map(values) for word in words]
         backoff = settings.backoff_s
         for attempt in range(1, settings.attempts + 1):
             if not info.path.exists():
@@ -350,16 +450,31 @@ class LogShipper:
                 self.skipped += 1
                 return
             started = time.monotonic()
-            error = await self._run(argv)
-            elapsed = time.monotonic() - started
-            if error is None:
+            try:
+                location = await target.upload(info)
+            except UploadRejectedError as err:
+                self.last_error = str(err)
+                self.failed += 1
+                logger.error(  # noqa: TRY400 (a refusal, not a bug: no traceback)
+                    "upload of %s to %s refused, given up (the file stays): %s",
+                    info.path,
+                    target.name,
+                    err,
+                )
+                return
+            except Exception as err:  # noqa: BLE001 (any other failure of a target is retried)
+                error = str(err) or type(err).__name__
+            else:
+                elapsed = time.monotonic() - started
                 self.uploaded += 1
+                self.locations = [*self.locations[-99:], location]
                 logger.info(
-                    "uploaded %s (%d bytes) with %s in %.1f s",
+                    "uploaded %s (%d bytes) with %s in %.1f s: %s",
                     info.path,
                     info.size,
-                    argv[0],
+                    target.name,
                     elapsed,
+                    location,
                 )
                 if settings.delete_after_upload:
                     await self._delete(info.path)
@@ -384,34 +499,6 @@ class LogShipper:
             )
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
-
-    async def _run(self, argv: list[str]) -> str | None:
-        """Run ``argv`` once; None when it succeeded, else why not (one line)."""
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,  # its own process group: a kill reaches its children
-            )
-        except OSError as err:
-            return f"cannot run {argv[0]}: {err.strerror}"
-        try:
-            async with asyncio.timeout(self.settings.timeout_s):
-                output, _ = await process.communicate()
-        except TimeoutError:
-            await _kill(process)
-            return f"{argv[0]} took longer than {self.settings.timeout_s:g} s and was killed"
-        except BaseException:  # cancelled (stopping): never leave the command running
-            if process.returncode is None:
-                await _kill(process)
-            raise
-        if process.returncode == 0:
-            return None
-        lines = output.decode(errors="replace").strip().splitlines()
-        said = f": {lines[-1][:200]}" if lines else ""
-        return f"{argv[0]} exited with {process.returncode}{said}"
 
     @staticmethod
     async def _delete(path: Path) -> None:
