@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ulogstream.adapters.flight_review import FlightReviewTarget
 from ulogstream.config import SettingError, UploadSettings, upload_command
 from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UploadRejectedError
 from ulogstream.ulog.events import DefinitionsEnd, Info
@@ -232,8 +233,7 @@ def make_target(settings: UploadSettings) -> UploadTarget | None:
         case "command":
             return None if settings.command is None else CommandTarget(settings)
         case "flight_review":
-            msg = 'upload.target = "flight_review" is not built yet'
-            raise ConfigError(msg)
+            return FlightReviewTarget(settings.flight_review, timeout_s=settings.timeout_s)
         # >>> S3 PLUG-IN POINT (merge): a third case for "s3" returns S3Target(settings) from
         # ulogstream/adapters/s3_upload.py; add "s3" to config.UploadTargetName with it. <<<
 
