@@ -104,6 +104,8 @@ LOSS_WARNING_INTERVAL_S = 5.0
 
 SYS_UUID_FILE = ".sys_uuid"
 """In a vehicle's recording folder: its autopilot's ``sys_uuid`` from the newest finished log."""
+UPLOAD_QUEUE_FOLDER = ".upload-queue"
+"""In the recording folder: the logs waiting for upload, one JSON file each (survives reboots)."""
 
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
@@ -902,7 +904,9 @@ class Recorder:
                 _sys_uuid_note(mqtt, sys_uuid),
                 self.publisher.sink.client_id,
             )
-        self.shipper = LogShipper(settings.upload)
+        self.shipper = LogShipper(
+            settings.upload, journal=settings.recording.out_dir / UPLOAD_QUEUE_FOLDER
+        )
         self.foxglove: FoxgloveSink | None = None
         """The Foxglove live view of the first vehicle (``[foxglove]``), or None."""
         if settings.foxglove.enabled:

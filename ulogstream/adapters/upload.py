@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import re
@@ -200,6 +201,140 @@ def describe(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PendingUpload:
+    """A log waiting for upload and the attempts already made for it (before a restart too)."""
+
+    info: FinishedLogInfo
+    attempts: int = 0
+
+
+class UploadJournal:
+    """The upload queue on disk: one small JSON file per waiting log, so it survives reboots.
+
+    Each entry is written atomically (a temporary file, fsync, rename, fsync of the folder) and
+    removed when its log is uploaded or given up. Every method blocks: call them in a thread
+    (or at start-up, before the event loop's work begins).
+
+    Args:
+        folder: Where the entries are kept (created when the first one is written).
+    """
+
+    VERSION = 1
+    """The entries' format (``"version"`` in each)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def entry(self, info: FinishedLogInfo) -> Path:
+        """The entry of the log ``info`` (named after its path: one entry per log)."""
+        key = hashlib.sha256(str(info.path).encode()).hexdigest()[:24]
+        return self.folder / f"{key}.json"
+
+    def write(self, pending: PendingUpload) -> None:
+        """Write (or rewrite) the entry of ``pending``.
+
+        Raises:
+            OSError: It could not be written (the log is still uploaded, but not after a restart).
+        """
+        info = pending.info
+        record = {
+            "version": self.VERSION,
+            "attempts": pending.attempts,
+            "queued": datetime.now(UTC).isoformat(timespec="seconds"),
+            **info.as_json(),
+            "date": info.date,
+        }
+        entry = self.entry(info)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        temporary = entry.with_suffix(".tmp")
+        with temporary.open("w", encoding="utf-8") as file:
+            json.dump(record, file)
+            file.flush()
+            os.fsync(file.fileno())
+        temporary.replace(entry)
+        _sync_folder(self.folder)
+
+    def remove(self, info: FinishedLogInfo) -> None:
+        """Remove the entry of ``info`` (uploaded or given up); a missing one is fine."""
+        with contextlib.suppress(FileNotFoundError):
+            self.entry(info).unlink()
+            _sync_folder(self.folder)
+
+    def pending(self) -> list[PendingUpload]:
+        """Every readable entry, oldest first; unreadable ones are logged and removed."""
+        try:
+            names = sorted(self.folder.iterdir())
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            logger.warning("cannot read the upload queue %s: %s", self.folder, err.strerror)
+            return []
+        found: list[tuple[str, PendingUpload]] = []
+        for path in names:
+            if path.suffix == ".tmp":  # a write cut short (power loss): never renamed, so void
+                path.unlink(missing_ok=True)
+                continue
+            if path.suffix != ".json":
+                continue
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+                found.append((str(record["queued"]), _pending_from(record)))
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                logger.warning(
+                    "upload queue entry %s cannot be read (%s): removed; its log is not uploaded",
+                    path,
+                    err,
+                )
+                path.unlink(missing_ok=True)
+        found.sort(key=lambda item: item[0])
+        return [pending for _, pending in found]
+
+
+def _pending_from(record: dict[str, object]) -> PendingUpload:
+    """The :class:`PendingUpload` of a journal entry's JSON object.
+
+    Raises:
+        KeyError: A field is missing.
+        TypeError: A field has the wrong type.
+    """
+
+    def text(name: str) -> str:
+        value = record[name]
+        if not isinstance(value, str):
+            raise TypeError(name)
+        return value
+
+    def optional(name: str) -> str | None:
+        return None if record.get(name) is None else text(name)
+
+    size, attempts = record["size"], record["attempts"]
+    if not isinstance(size, int) or not isinstance(attempts, int):
+        raise TypeError("size")  # noqa: EM101 (never shown alone: the entry's path is)
+    info = FinishedLogInfo(
+        path=Path(text("path")),
+        size=size,
+        sha256=optional("sha256"),
+        sys_uuid=optional("sys_uuid"),
+        start_time=optional("start_time"),
+        date=text("date"),
+        vehicle=text("vehicle"),
+        complete=record.get("complete") is True,
+        how=text("how"),
+    )
+    return PendingUpload(info, attempts)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush ``folder`` to disk (fsync), so a rename or unlink in it survives a power loss."""
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
 class UploadTarget(Protocol):
     """Where finished logs go: one :meth:`upload` per log, retried by :class:`LogShipper`.
 
@@ -236,6 +371,10 @@ def make_target(settings: UploadSettings) -> UploadTarget | None:
             return FlightReviewTarget(settings.flight_review, timeout_s=settings.timeout_s)
         # >>> S3 PLUG-IN POINT (merge): a third case for "s3" returns S3Target(settings) from
         # ulogstream/adapters/s3_upload.py; add "s3" to config.UploadTargetName with it. <<<
+
+
+def _remove_entry(journal: UploadJournal, pending: PendingUpload) -> None:
+    journal.remove(pending.info)
 
 
 async def _kill(process: asyncio.subprocess.Process) -> None:
@@ -318,19 +457,31 @@ class CommandTarget:
 class LogShipper:
     """Describes, announces and (with a target) uploads finished logs, off the event loop's path.
 
+    With a ``journal`` folder, the upload queue is kept on disk (:class:`UploadJournal`): logs
+    still waiting at a stop, a crash or a power loss are queued again by the next shipper made
+    with that folder (this constructor reads it, so make the shipper at start-up).
+
     Args:
         settings: The ``[upload]`` settings.
         target: Where logs go; by default the one :func:`make_target` makes of ``settings``.
+        journal: The folder of the on-disk queue (None: the queue is in memory only).
 
     Raises:
         ConfigError: The settings of ``upload.target`` cannot be used.
     """
 
-    def __init__(self, settings: UploadSettings, target: UploadTarget | None = None) -> None:
+    def __init__(
+        self,
+        settings: UploadSettings,
+        target: UploadTarget | None = None,
+        *,
+        journal: Path | None = None,
+    ) -> None:
         self.settings = settings
         self.target = make_target(settings) if target is None else target
+        self.journal = None if journal is None else UploadJournal(journal)
         self._describe: asyncio.Queue[_Finished] = asyncio.Queue(DESCRIBE_QUEUE)
-        self._uploads: asyncio.Queue[FinishedLogInfo] = asyncio.Queue(settings.queue_size)
+        self._uploads: asyncio.Queue[PendingUpload] = asyncio.Queue(settings.queue_size)
         self._uploading = 0
         self.uploaded = 0
         """Logs whose upload succeeded."""
@@ -344,6 +495,39 @@ class LogShipper:
         """Why the last failed attempt failed."""
         self.locations: list[str] = []
         """Where the uploaded logs went (URL or key), in order; the newest 100."""
+        self.resumed = 0
+        """Logs queued again from the journal at start-up."""
+        if self.journal is not None and self.target is not None:
+            self._resume(self.journal)
+
+    def _resume(self, journal: UploadJournal) -> None:
+        """Queue the journal's logs again (blocking: a few small files, once at start-up)."""
+        waiting = journal.pending()
+        for pending in waiting:
+            path = pending.info.path
+            if path.name.endswith(".part") or not path.is_file():
+                why = "is not a finished log" if path.exists() else "no longer exists"
+                logger.warning("queued upload of %s dropped: the file %s", path, why)
+                journal.remove(pending.info)
+                self.skipped += 1
+                continue
+            if self._uploads.full():
+                left = len(waiting) - self.resumed
+                logger.warning(
+                    "upload queue full (%d logs): %d more wait in %s for the next start",
+                    self.settings.queue_size,
+                    left,
+                    journal.folder,
+                )
+                break
+            self._uploads.put_nowait(pending)
+            self.resumed += 1
+        if self.resumed:
+            logger.info(
+                "%d log(s) waiting for upload since the last run, the first %s",
+                self.resumed,
+                waiting[0].info.path,
+            )
 
     @property
     def uploads(self) -> bool:
@@ -370,6 +554,10 @@ class LogShipper:
         With ``sys_uuid_file``, the log's ``sys_uuid`` is remembered there (see
         :func:`remember_sys_uuid`).
         """
+        if path.name.endswith(".part"):
+            logger.error("%s is still being written: neither announced nor uploaded", path)
+            self.skipped += 1
+            return
         try:
             item = _Finished(path, size, vehicle, how, announce, sys_uuid_file)
             self._describe.put_nowait(item)
@@ -411,44 +599,74 @@ class LogShipper:
                     item.announce(info)
                     self.announced += 1
                 if self.target is not None:
-                    try:
-                        self._uploads.put_nowait(info)
-                    except asyncio.QueueFull:
-                        self.skipped += 1
-                        logger.warning(
-                            "upload queue full (%d logs): %s is not uploaded",
-                            self.settings.queue_size,
-                            info.path,
-                        )
+                    await self._enqueue(PendingUpload(info))
             finally:
                 self._describe.task_done()
 
+    async def _enqueue(self, pending: PendingUpload) -> None:
+        """Queue ``pending`` for upload, in the journal first (the upload loop only takes)."""
+        if self._uploads.full():
+            self.skipped += 1
+            logger.warning(
+                "upload queue full (%d logs): %s is not uploaded",
+                self.settings.queue_size,
+                pending.info.path,
+            )
+            return
+        await self._journal(UploadJournal.write, pending)
+        self._uploads.put_nowait(pending)
+
+    async def _journal(
+        self, action: Callable[[UploadJournal, PendingUpload], None], pending: PendingUpload
+    ) -> None:
+        """Carry out a journal ``action`` in a thread; a failure is one line, never raised."""
+        if self.journal is None:
+            return
+        try:
+            await asyncio.to_thread(action, self.journal, pending)
+        except OSError as err:
+            logger.warning(
+                "upload queue %s: %s (%s is still uploaded, but not after a restart)",
+                self.journal.folder,
+                err.strerror or err,
+                pending.info.path,
+            )
+
     async def _upload_loop(self, target: UploadTarget) -> None:
         while True:
-            info = await self._uploads.get()
+            pending = await self._uploads.get()
             self._uploading = 1
             try:
-                await self._upload(target, info)
+                if await self._upload(target, pending):
+                    await self._journal(_remove_entry, pending)
             except asyncio.CancelledError:
                 left = 1 + self._uploads.qsize()
+                later = "at the next start" if self.journal is not None else "never (no journal)"
                 logger.warning(
-                    "stopping: %d log(s) not uploaded, the first %s (the files stay)",
+                    "stopping: %d log(s) not uploaded, the first %s (the files stay; retried %s)",
                     left,
-                    info.path,
+                    pending.info.path,
+                    later,
                 )
                 raise
             finally:
                 self._uploading = 0
                 self._uploads.task_done()
 
-    async def _upload(self, target: UploadTarget, info: FinishedLogInfo) -> None:
-        settings = self.settings
+    async def _upload(self, target: UploadTarget, pending: PendingUpload) -> bool:
+        """Upload ``pending``, retrying with backoff.
+
+        Returns:
+            Whether it is done with (uploaded, given up, refused, gone): False only if cancelled.
+        """
+        settings, info = self.settings, pending.info
         backoff = settings.backoff_s
-        for attempt in range(1, settings.attempts + 1):
+        first = min(pending.attempts + 1, settings.attempts)  # after a restart: at least one more
+        for attempt in range(first, settings.attempts + 1):
             if not info.path.exists():
                 logger.warning("upload of %s skipped: the file no longer exists", info.path)
                 self.skipped += 1
-                return
+                return True
             started = time.monotonic()
             try:
                 location = await target.upload(info)
@@ -461,7 +679,7 @@ class LogShipper:
                     target.name,
                     err,
                 )
-                return
+                return True
             except Exception as err:  # noqa: BLE001 (any other failure of a target is retried)
                 error = str(err) or type(err).__name__
             else:
@@ -478,7 +696,7 @@ class LogShipper:
                 )
                 if settings.delete_after_upload:
                     await self._delete(info.path)
-                return
+                return True
             self.last_error = error
             if attempt == settings.attempts:
                 self.failed += 1
@@ -488,7 +706,7 @@ class LogShipper:
                     attempt,
                     error,
                 )
-                return
+                return True
             logger.warning(
                 "upload of %s failed (attempt %d of %d): %s; retrying in %.0f s",
                 info.path,
@@ -497,8 +715,10 @@ class LogShipper:
                 error,
                 backoff,
             )
+            await self._journal(UploadJournal.write, PendingUpload(info, attempt))
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+        return True
 
     @staticmethod
     async def _delete(path: Path) -> None:
