@@ -907,6 +907,8 @@ class Recorder:
         self.shipper = LogShipper(
             settings.upload, journal=settings.recording.out_dir / UPLOAD_QUEUE_FOLDER
         )
+        self._watch_armed = settings.upload.only_when_disarmed and self.shipper.uploads
+        """Whether autopilot HEARTBEATs tell the shipper armed or disarmed."""
         self.foxglove: FoxgloveSink | None = None
         """The Foxglove live view of the first vehicle (``[foxglove]``), or None."""
         if settings.foxglove.enabled:
@@ -1227,6 +1229,14 @@ class Recorder:
             elif self._udp is not None and pipeline.peer != self._udp.peer:
                 pipeline.attach(self._vehicle_send(pipeline), now, restored=False)
             pipeline.receive_messages(group, now)
+            if self._watch_armed:
+                self._heard_armed(system_id, group)
+
+    def _heard_armed(self, system_id: int, messages: list[MavlinkMessage]) -> None:
+        """Tell the shipper whether the autopilot ``system_id`` is armed (its HEARTBEAT)."""
+        for message in messages:
+            if type(message) is Heartbeat and message.component_id == MAV_COMP_ID_AUTOPILOT1:
+                self.shipper.set_armed(message.armed, system_id)
 
     def _first_contact(
         self, system_id: int, messages: list[MavlinkMessage], now: float

@@ -497,6 +497,10 @@ class LogShipper:
         """Where the uploaded logs went (URL or key), in order; the newest 100."""
         self.resumed = 0
         """Logs queued again from the journal at start-up."""
+        self._armed_systems: set[int] = set()
+        self._armed = asyncio.Event()
+        self._disarmed = asyncio.Event()
+        self._disarmed.set()  # not heard armed: a vehicle not heard is not flying on this link
         if self.journal is not None and self.target is not None:
             self._resume(self.journal)
 
@@ -533,6 +537,41 @@ class LogShipper:
     def uploads(self) -> bool:
         """Whether finished logs are uploaded (a target is set)."""
         return self.target is not None
+
+    @property
+    def armed(self) -> bool:
+        """Whether a vehicle was last heard armed (see :meth:`set_armed`)."""
+        return bool(self._armed_systems)
+
+    @property
+    def held(self) -> bool:
+        """Whether uploads wait for the vehicle to disarm (``upload.only_when_disarmed``)."""
+        return self.settings.only_when_disarmed and self.armed
+
+    def set_armed(self, armed: bool, system_id: int = 1) -> None:  # noqa: FBT001
+        """The vehicle ``system_id`` is ``armed`` (from its HEARTBEAT ``base_mode``).
+
+        With ``upload.only_when_disarmed``, uploads wait while any vehicle is armed, and one in
+        progress when a vehicle arms is stopped (not counted as a failed attempt) and started
+        again once every vehicle is disarmed. The last state heard holds: a link lost in flight
+        keeps uploads waiting.
+        """
+        was = self.armed
+        if armed:
+            self._armed_systems.add(system_id)
+        else:
+            self._armed_systems.discard(system_id)
+        if self.armed == was:
+            return
+        if self.armed:
+            self._disarmed.clear()
+            self._armed.set()
+        else:
+            self._armed.clear()
+            self._disarmed.set()
+        if self.settings.only_when_disarmed and self.target is not None:
+            state = "armed: uploads wait" if self.armed else "disarmed: uploads go on"
+            logger.info("vehicle sysid %d %s (%d waiting)", system_id, state, self.backlog)
 
     @property
     def backlog(self) -> int:
@@ -669,7 +708,7 @@ class LogShipper:
                 return True
             started = time.monotonic()
             try:
-                location = await target.upload(info)
+                location = await self._attempt(target, info)
             except UploadRejectedError as err:
                 self.last_error = str(err)
                 self.failed += 1
@@ -719,6 +758,29 @@ class LogShipper:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
         return True
+
+    async def _attempt(self, target: UploadTarget, info: FinishedLogInfo) -> str:
+        """One upload of ``info``; with ``only_when_disarmed``, only while disarmed.
+
+        An upload that a vehicle's arming interrupts is started again once disarmed.
+        """
+        if not self.settings.only_when_disarmed:
+            return await target.upload(info)
+        while True:
+            if not self._disarmed.is_set():
+                await self._disarmed.wait()
+            upload = asyncio.create_task(target.upload(info))
+            armed = asyncio.create_task(self._armed.wait())
+            try:
+                await asyncio.wait({upload, armed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                armed.cancel()
+                if not upload.done():
+                    upload.cancel()
+                    await asyncio.wait({upload})  # a cancel of ours still propagates
+            if not upload.cancelled():
+                return upload.result()
+            logger.info("upload of %s stopped: the vehicle armed; again once disarmed", info.path)
 
     @staticmethod
     async def _delete(path: Path) -> None:
