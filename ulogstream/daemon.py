@@ -180,9 +180,12 @@ class RecorderStatus:
     mqtt_capped: int = 0
     """Samples dropped to keep under ``mqtt.max_messages_per_s``."""
     uploads: int = 0
-    """Finished logs uploaded (recorder-wide, as are the two below)."""
+    """Finished logs uploaded (recorder-wide, as are the three below)."""
     upload_failures: int = 0
     upload_backlog: int = 0
+    """Logs waiting for (or in) their upload, those resumed from the on-disk queue included."""
+    upload_held: bool = False
+    """Uploads wait for the vehicle to disarm (``upload.only_when_disarmed``)."""
     topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
     finished: deque[FinishedLog] = field(default_factory=lambda: deque(maxlen=FINISHED_LOGS_KEPT))
     """The newest finished logs (at most :data:`FINISHED_LOGS_KEPT`)."""
@@ -822,6 +825,7 @@ def status_fields(status: RecorderStatus) -> dict[str, str | int | float | bool 
         "uploads": status.uploads,
         "upload_failures": status.upload_failures,
         "upload_backlog": status.upload_backlog,
+        "upload_held": status.upload_held,
         "error": status.error,
     }
 
@@ -997,6 +1001,7 @@ class Recorder:
         status.uploads = shipper.uploaded
         status.upload_failures = shipper.failed
         status.upload_backlog = shipper.backlog
+        status.upload_held = shipper.held
 
     async def _finish_shipping(self) -> None:
         """Let finished logs be announced, and uploads end, for a bounded time before stopping."""
@@ -1452,7 +1457,7 @@ class Recorder:
         return f"nothing arrives on {spec} ({why})"
 
     def status_text(self) -> str:
-        """One line: state, file, bytes, rate, packets, gaps, dropouts (and MQTT)."""
+        """One line: state, file, bytes, rate, packets, gaps, dropouts (MQTT, uploads)."""
         status = self.status
         name = "-" if status.log_path is None else status.log_path.name
         gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
@@ -1470,6 +1475,13 @@ class Recorder:
             text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
         if self.foxglove is not None:
             text += f", foxglove {self.foxglove.url} {self.foxglove.sent} sent"
+        shipper = self.shipper
+        if shipper.uploads and (shipper.backlog or shipper.uploaded or shipper.failed):
+            text += f", uploads {shipper.uploaded} done {shipper.backlog} waiting"
+            if shipper.failed:
+                text += f" {shipper.failed} failed"
+            if shipper.held:
+                text += " (held: armed)"
         return text
 
     def _draw_status(self, *, final: bool = False) -> None:
