@@ -5,13 +5,20 @@
 
 1. describe: the SHA-256 is computed in a thread (a 100 MB log takes a while) and the
    :class:`FinishedLogInfo` handed to ``announce`` (the daemon publishes it on MQTT);
-2. upload (only with ``upload.command``): the command is run as a subprocess, without a shell,
-   with the placeholders filled into each of its words; a run that fails or outlasts
-   ``timeout_s`` is retried with a doubling backoff, ``attempts`` times in all. Each outcome is one
-   log line and a counter (:attr:`LogShipper.uploaded`, :attr:`LogShipper.failed`,
-   :attr:`LogShipper.skipped`).
+2. upload (only with a target, see :func:`make_target`): an :class:`UploadTarget` uploads the
+   log: :class:`CommandTarget` runs ``upload.command``, the Flight Review targets
+   (:mod:`ulogstream.adapters.flight_review`) post it. A failed attempt is retried with a
+   doubling backoff, ``attempts`` times in all, except a refusal
+   (:class:`~ulogstream.errors.UploadRejectedError`). Each outcome is one log line and a
+   counter (:attr:`LogShipper.uploaded`, :attr:`LogShipper.failed`, :attr:`LogShipper.skipped`).
 
-Nothing here touches a ``.part`` file: only logs already finished (renamed to ``.ulg``) arrive.
+With a journal folder, the upload queue is also on disk (:class:`UploadJournal`, one small JSON
+file per waiting log), so logs waiting at a stop, crash or power loss are uploaded after the
+next start. With ``upload.only_when_disarmed``, uploads wait while :meth:`LogShipper.set_armed`
+says a vehicle is armed.
+
+Nothing here touches a ``.part`` file: only logs already finished (renamed to ``.ulg``) arrive,
+and a ``.part`` offered or found in the journal is refused.
 """
 
 from __future__ import annotations
