@@ -1008,14 +1008,14 @@ class Recorder:
         shipper = self.shipper
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(shipper.wait_described(), ANNOUNCE_WAIT_S)
-        if shipper.backlog:
+        if shipper.backlog and not shipper.paused:
             logger.info(
                 "waiting up to %.0f s for %d upload(s) before stopping",
                 UPLOAD_WAIT_S,
                 shipper.backlog,
             )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(shipper.wait_idle(), UPLOAD_WAIT_S)
+                await asyncio.wait_for(shipper.wait_settled(), UPLOAD_WAIT_S)
         for pipeline in self.vehicles.values():  # the final status shows how uploads went
             self._count_uploads(pipeline.status)
 

@@ -176,3 +176,19 @@ async def test_a_part_file_is_never_offered(
     assert [r.getMessage() for r in caplog.records] == [
         f"{part} is still being written: neither announced nor uploaded"
     ]
+
+
+@pytest.mark.asyncio
+async def test_a_stop_need_not_wait_out_a_backoff_with_the_log_in_the_queue(
+    tmp_path: Path,
+) -> None:
+    log = finished_log(tmp_path)
+    journal = tmp_path / "queue"
+    async with ReviewServer("plot_app", answers=[503]) as server:
+        shipper = LogShipper(to_review(server.url, backoff_s=600.0), journal=journal)
+        async with running(shipper.run()):
+            shipper.offer(log, len(DATA), vehicle="uav-1", how="complete")
+            await asyncio.wait_for(shipper.wait_settled(), WAIT)  # not 600 s
+            assert (shipper.backlog, shipper.paused) == (1, True)
+
+    assert len(entries(journal)) == 1

@@ -508,6 +508,9 @@ class LogShipper:
         self._armed = asyncio.Event()
         self._disarmed = asyncio.Event()
         self._disarmed.set()  # not heard armed: a vehicle not heard is not flying on this link
+        self._in_backoff = False
+        self._changed = asyncio.Event()
+        """Set when an upload ends, a retry waits or the armed state changes."""
         if self.journal is not None and self.target is not None:
             self._resume(self.journal)
 
@@ -576,6 +579,7 @@ class LogShipper:
         else:
             self._armed.clear()
             self._disarmed.set()
+        self._changed.set()
         if self.settings.only_when_disarmed and self.target is not None:
             state = "armed: uploads wait" if self.armed else "disarmed: uploads go on"
             logger.info("vehicle sysid %d %s (%d waiting)", system_id, state, self.backlog)
@@ -621,6 +625,25 @@ class LogShipper:
         """Wait until every offered log was announced and uploaded or given up (bound it)."""
         await self._describe.join()
         await self._uploads.join()
+
+    @property
+    def paused(self) -> bool:
+        """Whether no upload is under way: waiting to retry, or for the vehicle to disarm."""
+        return self._in_backoff or self.held
+
+    async def wait_settled(self) -> None:
+        """Wait until every offered log was announced and no upload is under way (bound it).
+
+        That is: every log is uploaded or given up, or the next one waits to be retried or for
+        the vehicle to disarm; at a stop, waiting longer would only delay it (the logs still
+        waiting are in the journal).
+        """
+        await self._describe.join()
+        while True:
+            self._changed.clear()
+            if not self.backlog or self.paused:
+                return
+            await self._changed.wait()
 
     async def run(self) -> None:
         """Describe and upload for ever (until cancelled)."""
@@ -698,6 +721,7 @@ class LogShipper:
             finally:
                 self._uploading = 0
                 self._uploads.task_done()
+                self._changed.set()
 
     async def _upload(self, target: UploadTarget, pending: PendingUpload) -> bool:
         """Upload ``pending``, retrying with backoff.
@@ -762,7 +786,12 @@ class LogShipper:
                 backoff,
             )
             await self._journal(UploadJournal.write, PendingUpload(info, attempt))
-            await asyncio.sleep(backoff)
+            self._in_backoff = True
+            self._changed.set()
+            try:
+                await asyncio.sleep(backoff)
+            finally:
+                self._in_backoff = False
             backoff = min(backoff * 2, MAX_BACKOFF_S)
         return True
 
