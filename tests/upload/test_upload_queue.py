@@ -55,7 +55,7 @@ async def test_a_waiting_log_survives_a_restart_and_is_uploaded_once(tmp_path: P
         first = LogShipper(to_review(down.url, backoff_s=600.0), journal=journal)
         async with running(first.run()):
             first.offer(log, len(DATA), vehicle="uav-1", how="complete")
-            await eventually(lambda: first.last_error is not None, what="no first attempt")
+            await eventually(lambda: first.paused, what="no first attempt, then a backoff")
         # stopped while waiting for the retry: the log waits on disk
     (entry,) = entries(journal)
     assert json.loads(entry.read_text())["attempts"] == 1
@@ -192,3 +192,24 @@ async def test_a_stop_need_not_wait_out_a_backoff_with_the_log_in_the_queue(
             assert (shipper.backlog, shipper.paused) == (1, True)
 
     assert len(entries(journal)) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_queue_that_cannot_be_written_still_lets_the_log_be_uploaded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = finished_log(tmp_path)
+    journal = tmp_path / "queue"
+    journal.write_text("a file where the folder should be")
+    async with ReviewServer("plot_app") as server:
+        with caplog.at_level(logging.WARNING, logger="ulogstream.adapters.upload"):
+            shipper = LogShipper(to_review(server.url), journal=journal)
+            async with running(shipper.run()):
+                shipper.offer(log, len(DATA), vehicle="uav-1", how="complete")
+                await asyncio.wait_for(shipper.wait_idle(), WAIT)
+
+    assert shipper.uploaded == 1
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith(f"cannot read the upload queue {journal}: ")
+    assert lines[1].startswith(f"upload queue {journal}: ")
+    assert lines[1].endswith(f"for {log} (it is uploaded now, but not after a restart)")

@@ -694,11 +694,16 @@ class LogShipper:
         try:
             await asyncio.to_thread(action, self.journal, pending)
         except OSError as err:
+            if action is _remove_entry:
+                then = "it is uploaded again after a restart"
+            else:
+                then = "it is uploaded now, but not after a restart"
             logger.warning(
-                "upload queue %s: %s (%s is still uploaded, but not after a restart)",
+                "upload queue %s: %s for %s (%s)",
                 self.journal.folder,
                 err.strerror or err,
                 pending.info.path,
+                then,
             )
 
     async def _upload_loop(self, target: UploadTarget) -> None:
