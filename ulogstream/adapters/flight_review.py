@@ -147,6 +147,8 @@ class MultipartPost:
                 connection.send(head)
                 left = size
                 while left > 0:
+                    if self._aborted:  # aborted before the socket existed to be shut down
+                        raise ConnectionAbortedError
                     chunk = file.read(min(_CHUNK, left))
                     if not chunk:  # shrank under us: pad, so the length stays right
                         chunk = bytes(min(_CHUNK, left))
@@ -197,19 +199,19 @@ async def post(request: MultipartPost, timeout_s: float) -> Answer:
         raise LinkError(msg) from None
 
 
-def _refused(answer: Answer, url: str) -> None:
-    """Raise for an answer that is not a success: a refusal for good, or one to retry.
+def _failure(answer: Answer, url: str) -> UploadRejectedError | LinkError:
+    """The error of an answer that is not a success: a refusal for good, or one to retry.
 
-    Raises:
-        UploadRejectedError: 4xx but 408/429 (retrying cannot help).
-        LinkError: Any other status (5xx, 408, 429, an unexpected success): retried.
+    Returns:
+        UploadRejectedError for 4xx but 408/429 (retrying cannot help), else LinkError (5xx,
+        408, 429, an unexpected success: retried).
     """
     if 400 <= answer.status < 500 and answer.status not in _RETRYABLE_4XX:  # noqa: PLR2004
         hint = "" if answer.status == 400 else " (is upload.flight_review.url right?)"  # noqa: PLR2004
-        msg = f"{url} refused the log with HTTP {answer.status}{answer.said()}{hint}"
-        raise UploadRejectedError(msg)
-    msg = f"{url} answered HTTP {answer.status}{answer.said()}"
-    raise LinkError(msg)
+        return UploadRejectedError(
+            f"{url} refused the log with HTTP {answer.status}{answer.said()}{hint}"
+        )
+    return LinkError(f"{url} answered HTTP {answer.status}{answer.said()}")
 
 
 class FlightReviewTarget:
@@ -287,12 +289,11 @@ class FlightReviewTarget:
         if answer.status < 400:  # noqa: PLR2004
             msg = f"{self.endpoint} answered HTTP {answer.status} without a Location{answer.said()}"
             raise LinkError(msg)
-        _refused(answer, self.endpoint)
-        raise AssertionError  # pragma: no cover (_refused always raises)
+        raise _failure(answer, self.endpoint)
 
     def _api_page(self, answer: Answer, info: FinishedLogInfo) -> str:
         if not 200 <= answer.status < 300:  # noqa: PLR2004
-            _refused(answer, self.endpoint)
+            raise _failure(answer, self.endpoint)
         try:
             value: object = json.loads(answer.body)
         except ValueError:
