@@ -419,36 +419,141 @@ UPLOAD_PLACEHOLDERS = ("path", "name", "stem", "vehicle", "date", "sha256")
 without ``.ulg``, the vehicle id, the log's UTC date (``YYYY-MM-DD``) and its SHA-256 in hex."""
 
 
+UploadTargetName = Literal["command", "flight_review"]
+"""Where ``upload.target`` sends finished logs (``"s3"`` joins with ``[upload.s3]``)."""
+UPLOAD_TARGETS: tuple[UploadTargetName, ...] = get_args(UploadTargetName)
+FlightReviewApi = Literal["plot_app", "api"]
+"""The Flight Review generation: ``plot_app`` (the Python server, ``POST /upload``) or ``api``
+(the Rust server, ``POST /api/upload``)."""
+FlightReviewType = Literal["personal", "flightreport"]
+"""A Flight Review upload's ``type``: personal (unlisted) or a flight report (public list)."""
+DESCRIPTION_PLACEHOLDERS = ("vehicle", "date", "name", "stem", "sys_uuid")
+"""What ``upload.flight_review.description`` may name (see :data:`UPLOAD_PLACEHOLDERS`)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
-class UploadSettings:
-    """Shipping each finished log off the vehicle with a command (rclone, aws s3 cp, curl, ...).
+class FlightReviewSettings:
+    """Uploads to a Flight Review server (``upload.target = "flight_review"``).
 
     Attributes:
+        url: The server, ``http(s)://HOST[:PORT][/PATH]`` (without ``/upload``).
+        api: Which server generation answers there (:data:`FlightReviewApi`).
+        type: ``personal`` or ``flightreport`` (listed publicly; sends wind speed, rating, video).
+        description: The log's description; ``{vehicle}``, ``{date}``, ``{name}``, ``{stem}``
+            and ``{sys_uuid}`` are filled in.
+        email: Where the server mails the link ("" : no mail).
+        public: A flight report is listed publicly (``plot_app`` only).
+        allow_for_analysis: Let the server's maintainers use the log for statistics.
+        wind_speed: The flight report's wind category: -1 not set, 0 calm, 5 breeze, 8 gale,
+            10 storm.
+        rating: The flight report's rating (``notset``, ``crash_pilot``, ``crash_sw_hw``,
+            ``unsatisfactory``, ``good``, ``great``).
+        video_url: The flight report's video link ("": none).
+    """
+
+    url: str = "https://review.px4.io"
+    api: FlightReviewApi = "plot_app"
+    type: FlightReviewType = "personal"
+    description: str = "{vehicle} {name}"
+    email: str = ""
+    public: bool = False
+    allow_for_analysis: bool = False
+    wind_speed: int = -1
+    rating: str = "notset"
+    video_url: str = ""
+
+    def __post_init__(self) -> None:
+        key = "upload.flight_review"
+        url_key = f"{key}.url"
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 (a bad port raises here)
+        except ValueError as err:
+            raise SettingError(url_key, f"is not a valid URL ({err}): {self.url!r}") from None
+        _require(
+            parts.scheme in {"http", "https"} and bool(parts.hostname),
+            f"{key}.url",
+            f"must be http(s)://HOST[:PORT][/PATH], not {self.url!r}",
+        )
+        _require(
+            not parts.query and not parts.fragment and parts.username is None,
+            f"{key}.url",
+            f"must be only scheme, host, port and path, not {self.url!r}",
+        )
+        _placeholders(f"{key}.description", self.description, DESCRIPTION_PLACEHOLDERS)
+        _require(
+            self.wind_speed >= -1,
+            f"{key}.wind_speed",
+            f"must be -1 (not set), 0 (calm), 5 (breeze), 8 (gale) or 10 (storm), not "
+            f"{self.wind_speed}",
+        )
+        _require(
+            bool(self.rating.strip()),
+            f"{key}.rating",
+            'must not be empty; "notset" leaves it unset',
+        )
+        _require(
+            not self.video_url or self.video_url.startswith(("http://", "https://")),
+            f"{key}.video_url",
+            f"must be an http(s):// link or empty, not {self.video_url!r}",
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class UploadSettings:
+    """Shipping each finished log off the vehicle, to a target (a command, Flight Review).
+
+    Attributes:
+        target: Where logs go (:data:`UploadTargetName`): ``command`` runs :attr:`command`
+            (unset: no upload), ``flight_review`` posts to :attr:`flight_review`'s server.
         command: Run after every finished log, without a shell: split like a shell would
             (quotes), then :data:`UPLOAD_PLACEHOLDERS` filled into each word, e.g.
             ``rclone copyto {path} remote:logs/{vehicle}/{date}/{name}``; None: no upload.
-        timeout_s: A run taking longer is killed and counts as failed.
-        attempts: Runs per log before it is given up (and reported); 1: no retry.
+        timeout_s: An upload (a run, an HTTP exchange) taking longer is stopped and counts as
+            failed.
+        attempts: Tries per log before it is given up (and reported); 1: no retry.
         backoff_s: Wait before the first retry; doubled after each failure up to 10 minutes.
         queue_size: Finished logs waiting for upload; beyond this new ones are not uploaded
-            (and counted), so a dead remote never grows memory.
-        delete_after_upload: Delete the local file once its command succeeded.
+            (and counted), so a dead remote never grows memory or the journal.
+        delete_after_upload: Delete the local file once its upload succeeded.
+        only_when_disarmed: Upload only while the vehicle is disarmed (HEARTBEAT base_mode);
+            logs wait while it is armed.
+        flight_review: The ``[upload.flight_review]`` section.
     """
 
+    target: UploadTargetName = "command"
     command: str | None = None
     timeout_s: float = 600.0
     attempts: int = 5
     backoff_s: float = 10.0
     queue_size: int = 100
     delete_after_upload: bool = False
+    only_when_disarmed: bool = False
+    flight_review: FlightReviewSettings = field(default_factory=FlightReviewSettings)
 
     def __post_init__(self) -> None:
+        _require(
+            self.target in UPLOAD_TARGETS,
+            "upload.target",
+            f"must be one of {', '.join(map(repr, UPLOAD_TARGETS))}, not {self.target!r}",
+        )
         if self.command is not None:
             upload_command(self.command)
+            _require(
+                self.target == "command",
+                "upload.command",
+                f'is only run with upload.target = "command", not {self.target!r}; '
+                "unset one of them",
+            )
         _require(self.timeout_s > 0, "upload.timeout_s", f"must be > 0 s, not {self.timeout_s}")
         _require(self.attempts >= 1, "upload.attempts", f"must be >= 1, not {self.attempts}")
         _check_non_negative("upload.backoff_s", self.backoff_s, " s")
         _require(self.queue_size >= 1, "upload.queue_size", f"must be >= 1, not {self.queue_size}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether finished logs are uploaded at all (a target other than an unset command)."""
+        return self.target != "command" or self.command is not None
 
 
 def upload_command(command: str) -> list[str]:
@@ -562,6 +667,8 @@ GROUPS: dict[str, type[DataclassInstance]] = {
     "systemd": SystemdSettings,
 }
 """TOML section name -> settings class."""
+
+_Section = typing.TypeVar("_Section", bound="DataclassInstance")
 
 _INLINE_SECRETS = {"mqtt.password": "use mqtt.password_file or mqtt.password_env"}
 COMMAND_LINE = "command line"
@@ -709,7 +816,7 @@ def load_settings(
             recording=RecordingSettings(**groups.get("recording", {})),  # type: ignore[arg-type]
             mqtt=MqttSettings(**groups.get("mqtt", {})),  # type: ignore[arg-type]
             foxglove=FoxgloveSettings(**groups.get("foxglove", {})),  # type: ignore[arg-type]
-            upload=UploadSettings(**groups.get("upload", {})),  # type: ignore[arg-type]
+            upload=_build(UploadSettings, groups.get("upload", {})),
             log=LogSettings(**groups.get("log", {})),  # type: ignore[arg-type]
             systemd=SystemdSettings(**groups.get("systemd", {})),  # type: ignore[arg-type]
         )
@@ -717,6 +824,21 @@ def load_settings(
         where = sources.get(err.key) or sources.get(err.key.rpartition(".")[0], source)
         msg = f"{where}: {err}"
         raise ConfigError(msg) from None
+
+
+def _build(cls: type[_Section], values: dict[str, object]) -> _Section:
+    """``cls(**values)``, each sub-section's table (``[upload.flight_review]``) built first."""
+    built = dict(values)
+    for name, hint in typing.get_type_hints(cls).items():
+        if _is_section(hint) and isinstance(built.get(name), dict):
+            table = typing.cast("dict[str, object]", built[name])
+            built[name] = _build(hint, table)
+    return cls(**built)
+
+
+def _is_section(hint: object) -> typing.TypeGuard[type[DataclassInstance]]:
+    """Whether a setting's type ``hint`` is a sub-section (a settings dataclass)."""
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
 
 
 def parse_override(text: str) -> tuple[str, object]:
@@ -739,7 +861,12 @@ def parse_override(text: str) -> tuple[str, object]:
         parsed: object = tomllib.loads(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
         parsed = value.strip()
-    if entry is None and _takes_text(_field_hint(section, name, COMMAND_LINE)):
+    hint = _field_hint(section, name, COMMAND_LINE)
+    if entry is not None and _is_section(hint):
+        hint = _entry_hint(hint, f"{section}.{name}", entry, COMMAND_LINE)
+    elif entry is not None:
+        return key, parsed
+    if _takes_text(hint):
         return key, parsed if isinstance(parsed, str) else value.strip()
     return key, parsed
 
@@ -772,7 +899,7 @@ def _read_toml(path: Path) -> dict[str, object]:
 
 
 def _split_key(key: str, source: str) -> tuple[str, str, str | None]:
-    """Split ``section.name[.entry]``; ``entry`` only for table settings such as rates."""
+    """Split ``section.name[.entry]``; ``entry`` only for tables (rates, sub-sections)."""
     parts = key.split(".", 2)
     if parts[0] not in GROUPS:
         msg = f"{source}: unknown key {key}{_suggest(key, all_keys(), dotted=True)}"
@@ -783,6 +910,13 @@ def _split_key(key: str, source: str) -> tuple[str, str, str | None]:
     section, name = parts[0], parts[1]
     entry = parts[2] if len(parts) == 3 else None  # noqa: PLR2004
     hint = _field_hint(section, name, source)
+    if _is_section(hint):
+        if entry is None:
+            first = dataclasses.fields(hint)[0].name
+            msg = f"{source}: {key} is a section; name a key in it, e.g. {key}.{first}"
+            raise ConfigError(msg)
+        _entry_hint(hint, f"{section}.{name}", entry, source)
+        return section, name, entry
     if entry is not None and get_origin(hint) is not Mapping:
         msg = f"{source}: unknown key {key}; {section}.{name} is not a table"
         raise ConfigError(msg)
@@ -797,8 +931,32 @@ def _names(section: str) -> list[str]:
 
 
 def all_keys() -> list[str]:
-    """Every dotted key of :class:`Settings` (``link.connection``, ..., ``systemd.watchdog``)."""
-    return [f"{section}.{name}" for section in GROUPS for name in _names(section)]
+    """Every dotted key of :class:`Settings` (``link.connection``, ..., ``systemd.watchdog``).
+
+    A sub-section's keys are named in full (``upload.flight_review.url``).
+    """
+    keys: list[str] = []
+    for section, cls in GROUPS.items():
+        hints = typing.get_type_hints(cls)
+        for name in _names(section):
+            hint = hints[name]
+            if _is_section(hint):
+                keys += [f"{section}.{name}.{f.name}" for f in dataclasses.fields(hint)]
+            else:
+                keys.append(f"{section}.{name}")
+    return keys
+
+
+def _entry_hint(cls: type[DataclassInstance], table: str, entry: str, source: str) -> object:
+    """The type of the key ``entry`` of the sub-section ``table`` (of settings class ``cls``)."""
+    hints = typing.get_type_hints(cls)
+    if entry not in hints:
+        names = [f.name for f in dataclasses.fields(cls)]
+        suggestion = _suggest(entry, names, dotted=True, prefix=f"{table}.")
+        msg = f"{source}: unknown key {table}.{entry}{suggestion}"
+        raise ConfigError(msg)
+    hint: object = hints[entry]
+    return hint
 
 
 def _field_hint(section: str, name: str, source: str) -> object:
@@ -827,6 +985,14 @@ def _suggest(
 def _convert(key: str, value: object, source: str) -> object:
     section, _, name = key.partition(".")
     hint = _field_hint(section, name, source)
+    if _is_section(hint):
+        if not isinstance(value, dict):
+            msg = f"{source}: {key} must be a section ([{key}]), not {_describe(value)}"
+            raise ConfigError(msg)
+        return {
+            str(k): _coerce(f"{key}.{k}", v, _entry_hint(hint, key, str(k), source), source)
+            for k, v in value.items()
+        }
     if get_origin(hint) is Mapping:
         if not isinstance(value, dict):
             msg = f"{source}: {key} must be a table of numbers, not {_describe(value)}"
@@ -835,7 +1001,11 @@ def _convert(key: str, value: object, source: str) -> object:
     return _coerce(key, value, hint, source)
 
 
-def _convert_entry(key: str, value: object, source: str) -> float:
+def _convert_entry(key: str, value: object, source: str) -> object:
+    section, name, entry = key.split(".", 2)
+    hint = _field_hint(section, name, source)
+    if _is_section(hint):
+        return _coerce(key, value, _entry_hint(hint, f"{section}.{name}", entry, source), source)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     msg = f"{source}: {key} must be a number, not {_describe(value)}"

@@ -105,6 +105,8 @@ LOSS_WARNING_INTERVAL_S = 5.0
 
 SYS_UUID_FILE = ".sys_uuid"
 """In a vehicle's recording folder: its autopilot's ``sys_uuid`` from the newest finished log."""
+UPLOAD_QUEUE_FOLDER = ".upload-queue"
+"""In the recording folder: the logs waiting for upload, one JSON file each (survives reboots)."""
 
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
@@ -179,9 +181,12 @@ class RecorderStatus:
     mqtt_capped: int = 0
     """Samples dropped to keep under ``mqtt.max_messages_per_s``."""
     uploads: int = 0
-    """Finished logs uploaded (recorder-wide, as are the two below)."""
+    """Finished logs uploaded (recorder-wide, as are the three below)."""
     upload_failures: int = 0
     upload_backlog: int = 0
+    """Logs waiting for (or in) their upload, those resumed from the on-disk queue included."""
+    upload_held: bool = False
+    """Uploads wait for the vehicle to disarm (``upload.only_when_disarmed``)."""
     topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
     finished: deque[FinishedLog] = field(default_factory=lambda: deque(maxlen=FINISHED_LOGS_KEPT))
     """The newest finished logs (at most :data:`FINISHED_LOGS_KEPT`)."""
@@ -825,6 +830,7 @@ def status_fields(status: RecorderStatus) -> dict[str, str | int | float | bool 
         "uploads": status.uploads,
         "upload_failures": status.upload_failures,
         "upload_backlog": status.upload_backlog,
+        "upload_held": status.upload_held,
         "error": status.error,
     }
 
@@ -907,7 +913,11 @@ class Recorder:
                 _sys_uuid_note(mqtt, sys_uuid),
                 self.publisher.sink.client_id,
             )
-        self.shipper = LogShipper(settings.upload)
+        self.shipper = LogShipper(
+            settings.upload, journal=settings.recording.out_dir / UPLOAD_QUEUE_FOLDER
+        )
+        self._watch_armed = settings.upload.only_when_disarmed and self.shipper.uploads
+        """Whether autopilot HEARTBEATs tell the shipper armed or disarmed."""
         self.foxglove: FoxgloveSink | None = None
         """The Foxglove live view of the first vehicle (``[foxglove]``), or None."""
         if settings.foxglove.enabled:
@@ -996,20 +1006,21 @@ class Recorder:
         status.uploads = shipper.uploaded
         status.upload_failures = shipper.failed
         status.upload_backlog = shipper.backlog
+        status.upload_held = shipper.held
 
     async def _finish_shipping(self) -> None:
         """Let finished logs be announced, and uploads end, for a bounded time before stopping."""
         shipper = self.shipper
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(shipper.wait_described(), ANNOUNCE_WAIT_S)
-        if shipper.backlog:
+        if shipper.backlog and not shipper.paused:
             logger.info(
                 "waiting up to %.0f s for %d upload(s) before stopping",
                 UPLOAD_WAIT_S,
                 shipper.backlog,
             )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(shipper.wait_idle(), UPLOAD_WAIT_S)
+                await asyncio.wait_for(shipper.wait_settled(), UPLOAD_WAIT_S)
         for pipeline in self.vehicles.values():  # the final status shows how uploads went
             self._count_uploads(pipeline.status)
 
@@ -1233,6 +1244,14 @@ class Recorder:
             elif self._udp is not None and pipeline.peer != self._udp.peer:
                 pipeline.attach(self._vehicle_send(pipeline), now, restored=False)
             pipeline.receive_messages(group, now)
+            if self._watch_armed:
+                self._heard_armed(system_id, group)
+
+    def _heard_armed(self, system_id: int, messages: list[MavlinkMessage]) -> None:
+        """Tell the shipper whether the autopilot ``system_id`` is armed (its HEARTBEAT)."""
+        for message in messages:
+            if type(message) is Heartbeat and message.component_id == MAV_COMP_ID_AUTOPILOT1:
+                self.shipper.set_armed(message.armed, system_id)
 
     def _first_contact(
         self, system_id: int, messages: list[MavlinkMessage], now: float
@@ -1448,7 +1467,7 @@ class Recorder:
         return f"nothing arrives on {spec} ({why})"
 
     def status_text(self) -> str:
-        """One line: state, file, bytes, rate, packets, gaps, dropouts (and MQTT)."""
+        """One line: state, file, bytes, rate, packets, gaps, dropouts (MQTT, uploads)."""
         status = self.status
         name = "-" if status.log_path is None else status.log_path.name
         gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
@@ -1466,6 +1485,13 @@ class Recorder:
             text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
         if self.foxglove is not None:
             text += f", foxglove {self.foxglove.url} {self.foxglove.sent} sent"
+        shipper = self.shipper
+        if shipper.uploads and (shipper.backlog or shipper.uploaded or shipper.failed):
+            text += f", uploads {shipper.uploaded} done {shipper.backlog} waiting"
+            if shipper.failed:
+                text += f" {shipper.failed} failed"
+            if shipper.held:
+                text += " (held: armed)"
         return text
 
     def _draw_status(self, *, final: bool = False) -> None:

@@ -359,6 +359,7 @@ class MavlinkCodec:
                 component_id=component_id,
                 mav_type=decoded.type,
                 autopilot=decoded.autopilot,
+                base_mode=decoded.base_mode,
             )
         if msg_id in _LOGGING_DATA_IDS:
             # pymavlink checked the signature; the payload is unpacked the same way as unsigned.
@@ -442,16 +443,18 @@ class MavlinkCodec:
         mav_type: int = MAV_TYPE_ONBOARD_CONTROLLER,
         autopilot: int = MAV_AUTOPILOT_INVALID,
         system_status: int = MAV_STATE_ACTIVE,
+        base_mode: int = 0,
     ) -> bytes:
         """HEARTBEAT; the defaults describe a log receiver (onboard controller, no autopilot).
 
-        A simulated vehicle passes ``mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4``.
+        A simulated vehicle passes ``mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4``
+        (and ``base_mode=MAV_MODE_FLAG_SAFETY_ARMED`` when armed).
         """
         return self._pack(
             self._mav.heartbeat_encode(
                 type=mav_type,
                 autopilot=autopilot,
-                base_mode=0,
+                base_mode=base_mode,
                 custom_mode=0,
                 system_status=system_status,
             )

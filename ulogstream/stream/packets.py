@@ -25,6 +25,8 @@ MAV_AUTOPILOT_INVALID = 8
 """HEARTBEAT ``autopilot`` of a component that is not a flight controller (ours)."""
 MAV_STATE_ACTIVE = 4
 """HEARTBEAT ``system_status`` of a component that is up and working."""
+MAV_MODE_FLAG_SAFETY_ARMED = 128
+"""HEARTBEAT ``base_mode`` bit of an armed vehicle (motors may spin)."""
 
 
 @enum.unique
@@ -78,6 +80,12 @@ class Heartbeat:
     component_id: int
     mav_type: int
     autopilot: int
+    base_mode: int = 0
+
+    @property
+    def armed(self) -> bool:
+        """Whether ``base_mode`` says the vehicle is armed (MAV_MODE_FLAG_SAFETY_ARMED)."""
+        return bool(self.base_mode & MAV_MODE_FLAG_SAFETY_ARMED)
 
 
 @dataclass(frozen=True, slots=True)

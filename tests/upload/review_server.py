@@ -1,0 +1,174 @@
+"""Flight Review contract servers for the tests, one per generation, from the documented contract.
+
+- ``plot_app`` (the Python server): ``POST /upload``, ``multipart/form-data`` with the file in
+  part ``filearg`` and the form fields ``type``, ``description``, ``feedback``, ``email``,
+  ``allowForAnalysis``, ``obfuscated``, ``source``; ``type=flightreport`` also needs
+  ``windSpeed``, ``rating`` and ``videoUrl``, else the server answers 500. Success: 302 with
+  ``Location: /plot_app?log=<id>``. A request it cannot take: 400.
+- ``api`` (the Rust server): ``POST /api/upload`` with the file in part ``file``; success: 200
+  with a JSON object holding ``id`` and ``delete_token``.
+
+The multipart body is parsed with the standard library's ``email`` parser, not with the code
+under test. ``answers`` queues statuses (500, 400, 0 for "never answer") given, in turn, to the
+next well-formed uploads instead of a success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.parser
+import email.policy
+import json
+import uuid
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Literal, Self
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+PLOT_APP_FIELDS = (
+    "type",
+    "description",
+    "feedback",
+    "email",
+    "allowForAnalysis",
+    "obfuscated",
+    "source",
+)
+FLIGHTREPORT_FIELDS = ("windSpeed", "rating", "videoUrl")
+HANG = 0
+"""An entry of ``answers``: read the upload, then never answer."""
+
+
+@dataclass
+class Upload:
+    """One request the server read: its path, form fields and files (part -> name, bytes)."""
+
+    path: str
+    fields: dict[str, str] = field(default_factory=dict)
+    files: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+    status: int = 0
+
+
+@dataclass
+class ReviewServer:
+    """A Flight Review server of one generation on 127.0.0.1 (a free port); use ``async with``."""
+
+    api: Literal["plot_app", "api"]
+    answers: list[int] = field(default_factory=list)
+    received: list[Upload] = field(default_factory=list)
+    """Every request read, with the status it got."""
+    stored: dict[str, bytes] = field(default_factory=dict)
+    """Logs accepted: id -> the file's bytes."""
+    tokens: dict[str, str] = field(default_factory=dict)
+    """``api``: id -> delete token handed out."""
+    port: int = 0
+    _server: asyncio.Server | None = None
+    _hanging: list[asyncio.StreamWriter] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        """The server's base URL (what ``upload.flight_review.url`` names)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> Self:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._hanging:
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            request_line, *header_lines = head.decode("latin-1").split("\r\n")
+            method, path, _ = request_line.split(" ", 2)
+            headers = {
+                name.strip().lower(): value.strip()
+                for name, _, value in (line.partition(":") for line in header_lines if line)
+            }
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
+        except (asyncio.IncompleteReadError, ValueError, ConnectionError):
+            writer.close()
+            return
+        upload = Upload(path)
+        self.received.append(upload)
+        status, extra, payload = self._answer(method, headers, body, upload)
+        upload.status = status
+        if status == HANG:
+            self._hanging.append(writer)
+            return
+        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
+        lines += [f"{name}: {value}" for name, value in extra.items()]
+        lines += [f"Content-Length: {len(payload)}", "Connection: close", "", ""]
+        with contextlib.suppress(ConnectionError):
+            writer.write("\r\n".join(lines).encode("latin-1") + payload)
+            await writer.drain()
+        writer.close()
+
+    def _answer(
+        self, method: str, headers: dict[str, str], body: bytes, upload: Upload
+    ) -> tuple[int, dict[str, str], bytes]:
+        endpoint = "/upload" if self.api == "plot_app" else "/api/upload"
+        if method != "POST" or upload.path != endpoint:
+            return 404, {}, b"Not Found"
+        kind = headers.get("content-type", "")
+        if not kind.startswith("multipart/form-data"):
+            return 400, {}, b"expected multipart/form-data"
+        message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+            f"Content-Type: {kind}\r\n\r\n".encode("latin-1") + body
+        )
+        if not message.is_multipart():
+            return 400, {}, b"a multipart body without parts"
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            data = part.get_payload(decode=True)
+            if not isinstance(name, str) or not isinstance(data, bytes):
+                return 400, {}, b"a part without a name"
+            filename = part.get_filename()
+            if filename is None:
+                upload.fields[name] = data.decode()
+            else:
+                upload.files[name] = (filename, data)
+        if self.api == "plot_app":
+            return self._plot_app(upload)
+        return self._rust_api(upload)
+
+    def _plot_app(self, upload: Upload) -> tuple[int, dict[str, str], bytes]:
+        if set(upload.files) != {"filearg"}:
+            return 400, {}, b"No file uploaded (part filearg)"
+        missing = [name for name in PLOT_APP_FIELDS if name not in upload.fields]
+        if missing or upload.fields["type"] not in {"personal", "flightreport"}:
+            return 400, {}, f"bad form: missing {missing}".encode()
+        if upload.fields["type"] == "flightreport" and any(
+            name not in upload.fields for name in FLIGHTREPORT_FIELDS
+        ):
+            return 500, {}, b"Internal Server Error: Cannot get upload form field"
+        if self.answers:
+            return self.answers.pop(0), {}, b"forced answer"
+        log_id = str(uuid.uuid4())
+        self.stored[log_id] = upload.files["filearg"][1]
+        return 302, {"Location": f"/plot_app?log={log_id}"}, b""
+
+    def _rust_api(self, upload: Upload) -> tuple[int, dict[str, str], bytes]:
+        if set(upload.files) != {"file"}:
+            return 400, {"Content-Type": "application/json"}, b'{"error": "no part file"}'
+        if self.answers:
+            return self.answers.pop(0), {}, b'{"error": "forced answer"}'
+        log_id, token = str(uuid.uuid4()), uuid.uuid4().hex
+        self.stored[log_id] = upload.files["file"][1]
+        self.tokens[log_id] = token
+        answer = json.dumps({"id": log_id, "delete_token": token}).encode()
+        return 200, {"Content-Type": "application/json"}, answer

@@ -1,0 +1,275 @@
+"""Flight Review uploads against contract servers of both generations on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from upload.review_server import HANG, ReviewServer
+from waiting import running
+
+from ulogstream.adapters.flight_review import FlightReviewTarget, MultipartPost, post
+from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, make_target
+from ulogstream.config import FlightReviewSettings, UploadSettings, load_settings
+from ulogstream.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ulogstream.config import FlightReviewApi
+
+pytestmark = pytest.mark.timeout(60)
+
+WAIT = 15.0
+DATA = b"ULog\x01\x12\x35" + bytes(range(256)) * 300
+
+
+def finished_log(out: Path, data: bytes = DATA) -> Path:
+    path = out / "2026-11-25" / "12_34_56.ulg"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def settings(url: str, api: FlightReviewApi = "plot_app", **upload: float | str) -> UploadSettings:
+    fields = {k.removeprefix("fr_"): v for k, v in upload.items() if k.startswith("fr_")}
+    rest = {k: v for k, v in upload.items() if not k.startswith("fr_")}
+    review = FlightReviewSettings(url=url, api=api, **fields)  # type: ignore[arg-type]
+    return UploadSettings(
+        target="flight_review",
+        flight_review=review,
+        backoff_s=0.01,
+        **rest,  # type: ignore[arg-type]
+    )
+
+
+async def ship(shipper: LogShipper, log: Path) -> None:
+    async with running(shipper.run()):
+        shipper.offer(log, len(DATA), vehicle="uav-1", how="complete")
+        await asyncio.wait_for(shipper.wait_idle(), WAIT)
+
+
+@pytest.mark.asyncio
+async def test_plot_app_gets_the_log_in_filearg_with_its_form_and_gives_its_page(
+    tmp_path: Path,
+) -> None:
+    log = finished_log(tmp_path)
+    async with ReviewServer("plot_app") as server:
+        shipper = LogShipper(settings(server.url, fr_email="pilot@example.com"))
+        await ship(shipper, log)
+
+    (upload,) = server.received
+    (log_id,) = server.stored
+    assert upload.status == 302
+    assert upload.files == {"filearg": ("12_34_56.ulg", DATA)}
+    assert upload.fields == {
+        "type": "personal",
+        "description": "uav-1 12_34_56.ulg",
+        "feedback": "",
+        "email": "pilot@example.com",
+        "allowForAnalysis": "false",
+        "obfuscated": "false",
+        "source": "ulogstream",
+    }
+    assert shipper.locations == [f"{server.url}/plot_app?log={log_id}"]
+    assert (shipper.uploaded, shipper.failed, shipper.backlog) == (1, 0, 0)
+
+
+@pytest.mark.asyncio
+async def test_a_flight_report_always_sends_wind_rating_and_video(tmp_path: Path) -> None:
+    log = finished_log(tmp_path)
+    async with ReviewServer("plot_app") as server:
+        shipper = LogShipper(
+            settings(server.url, fr_type="flightreport", fr_wind_speed=5, fr_public=True)
+        )
+        await ship(shipper, log)
+
+    (upload,) = server.received
+    assert upload.status == 302
+    assert upload.fields["type"] == "flightreport"
+    assert {k: upload.fields[k] for k in ("windSpeed", "rating", "videoUrl", "public")} == {
+        "windSpeed": "5",
+        "rating": "notset",
+        "videoUrl": "",
+        "public": "true",
+    }
+    assert shipper.uploaded == 1
+
+
+@pytest.mark.asyncio
+async def test_the_contract_server_answers_500_to_a_flight_report_without_its_fields(
+    tmp_path: Path,
+) -> None:
+    log = finished_log(tmp_path)
+    async with ReviewServer("plot_app") as server:
+        fields = {"type": "flightreport", "description": "", "feedback": "", "email": ""}
+        fields |= {"allowForAnalysis": "false", "obfuscated": "false", "source": "test"}
+        request = MultipartPost(f"{server.url}/upload", fields, "filearg", log, timeout_s=WAIT)
+        answer = await post(request, WAIT)
+
+    assert answer.status == 500
+
+
+@pytest.mark.asyncio
+async def test_a_400_is_not_retried(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    log = finished_log(tmp_path)
+    async with ReviewServer("plot_app", answers=[400]) as server:
+        shipper = LogShipper(settings(server.url, attempts=5))
+        with caplog.at_level(logging.INFO, logger="ulogstream.adapters.upload"):
+            await ship(shipper, log)
+
+    assert [u.status for u in server.received] == [400]
+    assert (shipper.uploaded, shipper.failed) == (0, 1)
+    (line,) = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert "refused the log with HTTP 400: forced answer" in line
+    assert "given up (the file stays)" in line
+    assert log.exists()
+
+
+@pytest.mark.asyncio
+async def test_a_500_is_retried_then_succeeds(tmp_path: Path) -> None:
+    log = finished_log(tmp_path)
+    async with ReviewServer("plot_app", answers=[500, 503]) as server:
+        shipper = LogShipper(settings(server.url, attempts=3))
+        await ship(shipper, log)
+
+    assert [u.status for u in server.received] == [500, 503, 302]
+    assert (shipper.uploaded, shipper.failed) == (1, 0)
+    assert list(server.stored.values()) == [DATA]
+
+
+@pytest.mark.asyncio
+async def test_the_rust_server_gets_the_file_part_and_its_delete_token_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = finished_log(tmp_path)
+    async with ReviewServer("api") as server:
+        shipper = LogShipper(settings(server.url + "/", api="api"))
+        with caplog.at_level(logging.INFO, logger="ulogstream.adapters"):
+            await ship(shipper, log)
+
+    (upload,) = server.received
+    assert upload.path == "/api/upload"
+    assert upload.files == {"file": ("12_34_56.ulg", DATA)}
+    ((log_id, token),) = server.tokens.items()
+    page = f"{server.url}/plot_app?log={log_id}"
+    assert shipper.locations == [page]
+    lines = [r.getMessage() for r in caplog.records]
+    (token_line,) = [line for line in lines if token in line]
+    assert page in token_line
+    assert "delete token" in token_line
+
+
+@pytest.mark.asyncio
+async def test_the_rust_server_refusing_with_400_is_not_retried_but_a_502_is(
+    tmp_path: Path,
+) -> None:
+    log = finished_log(tmp_path)
+    async with ReviewServer("api", answers=[502, 400]) as server:
+        shipper = LogShipper(settings(server.url, api="api", attempts=5))
+        await ship(shipper, log)
+
+    assert [u.status for u in server.received] == [502, 400]
+    assert (shipper.uploaded, shipper.failed) == (0, 1)
+
+
+@pytest.mark.asyncio
+async def test_no_server_listening_is_retried_then_given_up(tmp_path: Path) -> None:
+    log = finished_log(tmp_path)
+    async with ReviewServer("plot_app") as server:
+        url = server.url  # closed on leaving: nothing listens there any more
+    shipper = LogShipper(settings(url, attempts=2))
+    await ship(shipper, log)
+
+    assert (shipper.uploaded, shipper.failed) == (0, 1)
+    assert shipper.last_error is not None
+    assert shipper.last_error.startswith(f"cannot post to {url}/upload")
+
+
+@pytest.mark.asyncio
+async def test_a_server_that_never_answers_times_out_and_the_thread_ends(
+    tmp_path: Path,
+) -> None:
+    log = finished_log(tmp_path)
+    async with ReviewServer("plot_app", answers=[HANG]) as server:
+        shipper = LogShipper(settings(server.url, attempts=1, timeout_s=0.3))
+        await ship(shipper, log)
+
+    assert shipper.failed == 1
+    assert shipper.last_error == f"{server.url}/upload did not answer within 0.3 s"
+
+
+def test_make_target_names_each_target() -> None:
+    assert make_target(UploadSettings()) is None
+    review = make_target(settings("https://review.example/fr", api="api"))
+    assert isinstance(review, FlightReviewTarget)
+    assert review.name == "Flight Review https://review.example/fr"
+    assert review.endpoint == "https://review.example/fr/api/upload"
+    info = FinishedLogInfo(
+        path=Path("/x/2026-11-25/12_34_56.ulg"), size=1, sha256=None, sys_uuid=None,
+        start_time=None, date="2026-11-25", vehicle="v", complete=True, how="complete",
+    )  # fmt: skip
+    assert review.form_fields(info) == {}
+
+
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [
+        (
+            ("upload.flight_review.url", "review.px4.io"),
+            "upload.flight_review.url must be http(s)://HOST[:PORT][/PATH], not 'review.px4.io'",
+        ),
+        (
+            ("upload.flight_review.api", "v2"),
+            "upload.flight_review.api must be one of 'plot_app', 'api', not a string ('v2')",
+        ),
+        (
+            ("upload.flight_review.type", "public"),
+            "upload.flight_review.type must be one of 'personal', 'flightreport'",
+        ),
+        (("upload.flight_review.wind_speed", -3), "upload.flight_review.wind_speed must be -1"),
+        (
+            ("upload.flight_review.description", "{pilot}"),
+            "upload.flight_review.description has an unknown placeholder {pilot}",
+        ),
+        (("upload.flight_review.video", ""), "(did you mean upload.flight_review.video_url?)"),
+        (("upload.target", "ftp"), "upload.target must be one of 'command', 'flight_review'"),
+    ],
+)
+def test_each_bad_flight_review_setting_gets_one_clear_error(
+    override: tuple[str, object], error: str
+) -> None:
+    key, value = override
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, {"upload.target": "flight_review", key: value})
+    assert str(info.value).startswith("command line: ")
+    assert error in str(info.value)
+
+
+def test_the_flight_review_section_loads_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "ulogstream.toml"
+    path.write_text(
+        '[upload]\ntarget = "flight_review"\n'
+        '[upload.flight_review]\nurl = "http://127.0.0.1:5006"\napi = "api"\n'
+        'type = "flightreport"\nrating = "good"\n'
+    )
+    review = load_settings(path).upload.flight_review
+    assert (review.url, review.api, review.type, review.rating) == (
+        "http://127.0.0.1:5006",
+        "api",
+        "flightreport",
+        "good",
+    )
+    path.write_text('[upload.flight_review]\nwind_speed = "calm"\n')
+    with pytest.raises(ConfigError, match=r"\.toml: upload\.flight_review\.wind_speed must be an"):
+        load_settings(path)
+
+
+def test_a_command_with_another_target_is_one_clear_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, {"upload.target": "flight_review", "upload.command": "cp {path} /x"})
+    assert str(info.value) == (
+        'command line: upload.command is only run with upload.target = "command", not '
+        "'flight_review'; unset one of them"
+    )
