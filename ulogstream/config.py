@@ -471,6 +471,129 @@ def upload_command(command: str) -> list[str]:
     return words
 
 
+S3_MIN_PART_MB = 5
+"""S3's smallest part of a multipart upload (all but the last), in MiB."""
+S3_MAX_PART_MB = 5 * 1024
+"""S3's largest part, in MiB."""
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_S3_REGION = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class S3Settings:
+    """Uploading each finished log to S3 or an S3-compatible store (MinIO, Ceph, R2, ...).
+
+    The object key is ``{prefix}/{vehicle}/{date}/{name}``. Credentials never stand here: they
+    come from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``) in the
+    environment, or from ``credentials_file``.
+
+    Attributes:
+        bucket: The bucket to upload to; None: no S3 upload.
+        prefix: First part of every key (slashes at either end are ignored); empty: none.
+        endpoint_url: ``http(s)://host[:port]`` of an S3-compatible store; None: AWS S3 in
+            ``region``.
+        region: The region requests are signed for (S3-compatible stores accept ``us-east-1``).
+        credentials_file: An AWS shared credentials file (``aws_access_key_id``,
+            ``aws_secret_access_key`` under ``[profile]``); None: the environment.
+        profile: The section of ``credentials_file`` to use.
+        part_size_mb: Logs larger than this go up in parts of this size, two at a time (memory
+            held: about three parts); 5 to 5120.
+        request_timeout_s: One request (one part) taking longer fails and is retried later;
+            allow for the uplink (8 MiB at 1 Mbit/s take 70 s).
+        verify_etag: After the upload, compare the object's ETag with the MD5 digest of the log
+            (per part for a multipart upload); false for buckets whose ETag is no MD5 (SSE-KMS
+            or SSE-C encryption). The size and SHA-256 are checked either way.
+    """
+
+    bucket: str | None = None
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    credentials_file: Path | None = None
+    profile: str = "default"
+    part_size_mb: int = 8
+    request_timeout_s: float = 300.0
+    verify_etag: bool = True
+
+    def __post_init__(self) -> None:
+        if self.bucket is not None:
+            check_s3_bucket(self.bucket)
+        _require(
+            "//" not in self.prefix.strip("/") and not _CONTROL.search(self.prefix),
+            "upload.s3.prefix",
+            f"must be key levels without empty ones or control characters, not {self.prefix!r}",
+        )
+        if self.endpoint_url is not None:
+            parse_s3_endpoint(self.endpoint_url)
+        _require(
+            bool(_S3_REGION.match(self.region)),
+            "upload.s3.region",
+            f"must be a region name such as us-east-1 or eu-central-1, not {self.region!r}",
+        )
+        _require(bool(self.profile), "upload.s3.profile", "must not be empty (e.g. default)")
+        _require(
+            S3_MIN_PART_MB <= self.part_size_mb <= S3_MAX_PART_MB,
+            "upload.s3.part_size_mb",
+            f"must be from {S3_MIN_PART_MB} to {S3_MAX_PART_MB} (S3's limits), "
+            f"not {self.part_size_mb}",
+        )
+        _require(
+            self.request_timeout_s > 0,
+            "upload.s3.request_timeout_s",
+            f"must be > 0 s, not {self.request_timeout_s}",
+        )
+
+
+def check_s3_bucket(bucket: str, key: str = "upload.s3.bucket") -> None:
+    """Check ``bucket`` against S3's bucket naming rules.
+
+    Raises:
+        SettingError: 3 to 63 characters of lower-case letters, digits, dots and hyphens,
+            beginning and ending with a letter or digit, not an IP address.
+    """
+    _require(
+        bool(_S3_BUCKET.match(bucket)) and ".." not in bucket and not _IPV4.match(bucket),
+        key,
+        "must be an S3 bucket name (3 to 63 lower-case letters, digits, dots and hyphens, "
+        f"beginning and ending with a letter or digit), not {bucket!r}",
+    )
+
+
+def parse_s3_endpoint(url: str, key: str = "upload.s3.endpoint_url") -> str:
+    """The one reading of ``upload.s3.endpoint_url``: ``http(s)://HOST[:PORT]``.
+
+    Returns:
+        The URL without a trailing slash.
+
+    Raises:
+        SettingError: Not such a URL, or credentials in it.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as err:
+        raise SettingError(key, f"is not a valid URL ({err}): {url!r}") from None
+    _require(
+        parts.scheme in {"http", "https"}, key, f"must start with http:// or https://, not {url!r}"
+    )
+    _require(
+        parts.username is None and parts.password is None,
+        key,
+        "must not contain a user name or password; put the keys in AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY or upload.s3.credentials_file",
+    )
+    _require(bool(parts.hostname), key, f"has no host name: {url!r}")
+    _require(port is None or port >= 1, key, f"has port {port}, which is not from 1 to 65535")
+    _require(
+        parts.path in {"", "/"} and not parts.query and not parts.fragment,
+        key,
+        f"must be only scheme, host and port (the bucket is upload.s3.bucket), not {url!r}",
+    )
+    return url.rstrip("/")
+
+
 def _placeholders(key: str, template: str, allowed: tuple[str, ...]) -> set[str]:
     """The ``{name}`` placeholders of ``template``, each checked against ``allowed``."""
     choices = ", ".join(f"{{{name}}}" for name in allowed)
@@ -548,6 +671,8 @@ class Settings:
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     foxglove: FoxgloveSettings = field(default_factory=FoxgloveSettings)
     upload: UploadSettings = field(default_factory=UploadSettings)
+    upload_s3: S3Settings = field(default_factory=S3Settings)
+    """The ``[upload.s3]`` table."""
     log: LogSettings = field(default_factory=LogSettings)
     systemd: SystemdSettings = field(default_factory=SystemdSettings)
 
@@ -558,12 +683,18 @@ GROUPS: dict[str, type[DataclassInstance]] = {
     "mqtt": MqttSettings,
     "foxglove": FoxgloveSettings,
     "upload": UploadSettings,
+    "upload.s3": S3Settings,
     "log": LogSettings,
     "systemd": SystemdSettings,
 }
-"""TOML section name -> settings class."""
+"""TOML section name -> settings class; a dotted name is a table inside a section."""
 
-_INLINE_SECRETS = {"mqtt.password": "use mqtt.password_file or mqtt.password_env"}
+_S3_KEYS = "use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or upload.s3.credentials_file"
+_INLINE_SECRETS = {
+    "mqtt.password": "use mqtt.password_file or mqtt.password_env",
+    "upload.s3.access_key_id": _S3_KEYS,
+    "upload.s3.secret_access_key": _S3_KEYS,
+}
 COMMAND_LINE = "command line"
 """The source named in errors about ``overrides``."""
 
@@ -679,7 +810,7 @@ def load_settings(
         raw = _read_toml(path)
     sources: dict[str, str] = {}
     groups: dict[str, dict[str, object]] = {}
-    for section, table in raw.items():
+    for section, table in _tables(raw):
         if section not in GROUPS:
             msg = f"{source}: unknown section [{section}]{_suggest(section, GROUPS)}"
             raise ConfigError(msg)
@@ -710,6 +841,7 @@ def load_settings(
             mqtt=MqttSettings(**groups.get("mqtt", {})),  # type: ignore[arg-type]
             foxglove=FoxgloveSettings(**groups.get("foxglove", {})),  # type: ignore[arg-type]
             upload=UploadSettings(**groups.get("upload", {})),  # type: ignore[arg-type]
+            upload_s3=S3Settings(**groups.get("upload.s3", {})),  # type: ignore[arg-type]
             log=LogSettings(**groups.get("log", {})),  # type: ignore[arg-type]
             systemd=SystemdSettings(**groups.get("systemd", {})),  # type: ignore[arg-type]
         )
@@ -753,6 +885,21 @@ def _takes_text(hint: object) -> bool:
     return hint in {str, Path}
 
 
+def _tables(raw: Mapping[str, object]) -> Iterable[tuple[str, object]]:
+    """The sections of ``raw``; a table that is a section of its own is named with a dot.
+
+    ``[upload.s3]`` is taken out of ``[upload]`` and yielded as ``upload.s3``.
+    """
+    for section, table in raw.items():
+        if isinstance(table, dict):
+            inner = {name for name, value in table.items() if f"{section}.{name}" in GROUPS}
+            yield section, {name: v for name, v in table.items() if name not in inner}
+            for name in inner:
+                yield f"{section}.{name}", table[name]
+        else:
+            yield section, table
+
+
 def _read_toml(path: Path) -> dict[str, object]:
     try:
         with path.open("rb") as file:
@@ -773,15 +920,16 @@ def _read_toml(path: Path) -> dict[str, object]:
 
 def _split_key(key: str, source: str) -> tuple[str, str, str | None]:
     """Split ``section.name[.entry]``; ``entry`` only for table settings such as rates."""
-    parts = key.split(".", 2)
-    if parts[0] not in GROUPS:
+    sections = [s for s in GROUPS if key == s or key.startswith(f"{s}.")]
+    if not sections:
         msg = f"{source}: unknown key {key}{_suggest(key, all_keys(), dotted=True)}"
         raise ConfigError(msg)
-    if len(parts) == 1:
+    section = max(sections, key=len)
+    if key == section:
         msg = f"{source}: {key} is a section; name a key in it, e.g. {key}.{_names(key)[0]}"
         raise ConfigError(msg)
-    section, name = parts[0], parts[1]
-    entry = parts[2] if len(parts) == 3 else None  # noqa: PLR2004
+    name, _, rest = key.removeprefix(f"{section}.").partition(".")
+    entry = rest or None
     hint = _field_hint(section, name, source)
     if entry is not None and get_origin(hint) is not Mapping:
         msg = f"{source}: unknown key {key}; {section}.{name} is not a table"
@@ -825,7 +973,7 @@ def _suggest(
 
 
 def _convert(key: str, value: object, source: str) -> object:
-    section, _, name = key.partition(".")
+    section, _, name = key.rpartition(".")
     hint = _field_hint(section, name, source)
     if get_origin(hint) is Mapping:
         if not isinstance(value, dict):
