@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 from mqtt.conftest import free_port
 from obstore.exceptions import GenericError, PermissionDeniedError
-from waiting import POLL_INTERVAL, WAIT_LIMIT
+from waiting import POLL_INTERVAL, WAIT_LIMIT, holds_for
 
 from ulogstream.adapters.s3_upload import (
     S3Credentials,
@@ -221,6 +221,15 @@ def target(server: MotoS3, bucket: str, *, prefix: str = "") -> S3Target:
     return S3Target(settings, credentials=KEYS)
 
 
+async def until_multipart_began(server: MotoS3, bucket: str, upload: asyncio.Task[str]) -> None:
+    """Wait until ``upload`` has begun its multipart upload (and not completed it)."""
+    deadline = time.monotonic() + WAIT_LIMIT
+    while not await asyncio.to_thread(server.uploads, bucket):
+        assert not upload.done(), "the upload ended before it could be interrupted"
+        assert time.monotonic() < deadline, "no multipart upload began"
+        await asyncio.sleep(POLL_INTERVAL)
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -375,11 +384,7 @@ async def test_server_killed_mid_upload_then_restarted_the_next_attempt_complete
     key = f"uav-1/{DATE}/10_00_00.ulg"
 
     upload = asyncio.create_task(s3.upload(info))
-    deadline = time.monotonic() + WAIT_LIMIT
-    while not await asyncio.to_thread(server.uploads, "logs"):  # the multipart upload began
-        assert not upload.done(), "the upload ended before the server could be killed"
-        assert time.monotonic() < deadline, "no multipart upload began"
-        await asyncio.sleep(POLL_INTERVAL)
+    await until_multipart_began(server, "logs", upload)
     server.kill()
 
     with pytest.raises(LinkError) as raised:
@@ -394,6 +399,23 @@ async def test_server_killed_mid_upload_then_restarted_the_next_attempt_complete
     assert await s3.upload(info) == f"s3://logs/{key}"
     assert server.keys("logs") == [key]
     assert sha256(server.get("logs", key)) == info.sha256
+
+
+@pytest.mark.asyncio
+async def test_an_upload_cancelled_halfway_leaves_no_object(moto_s3: MotoS3, big_log: Path) -> None:
+    moto_s3.create_bucket("logs-cancelled")
+    upload = asyncio.create_task(target(moto_s3, "logs-cancelled").upload(info_of(big_log)))
+    await until_multipart_began(moto_s3, "logs-cancelled", upload)
+
+    upload.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await upload
+    await holds_for(
+        lambda: moto_s3.keys("logs-cancelled") == [],
+        2.0,
+        what="a cancelled upload completed all the same",
+    )
 
 
 # --- errors -----------------------------------------------------------------------------------
