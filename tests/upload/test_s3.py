@@ -504,6 +504,8 @@ def test_the_key_is_prefix_vehicle_date_name_without_double_slashes(
     log.write_bytes(b"ULog")
 
     assert object_key(prefix, info_of(log)) == key
+    assert object_key(prefix, info_of(log, vehicle="..")) == key.replace("uav-1", "_")
+    assert object_key(prefix, info_of(log, vehicle="a/b")) == key.replace("uav-1", "a_b")
 
 
 def test_upload_s3_table_loads_from_toml_and_the_command_line(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, BinaryIO
 
 import obstore
-from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+from obstore.exceptions import InvalidPathError, PermissionDeniedError, UnauthenticatedError
 from obstore.store import S3Store
 
 from ulogstream.errors import ConfigError, LinkError, UploadRejectedError
@@ -84,6 +84,8 @@ _RETRYABLE_CODES = frozenset(
         "OperationAborted",
     }
 )
+_FINAL = (PermissionDeniedError, UnauthenticatedError, FileNotFoundError, InvalidPathError)
+"""What obstore raises for 403, 401, 404 (no such bucket, on a PUT) and a key it refuses."""
 _CAUSES = (
     ("connection refused", "connection refused"),
     ("connection reset", "connection reset"),
@@ -180,7 +182,9 @@ def object_key(prefix: str, info: FinishedLogInfo) -> str:
 
 
 def _level(text: str) -> str:
-    return text.replace("/", "_").strip() or "_"
+    """``text`` as one key level: no slash, not empty, not ``.`` or ``..``."""
+    level = text.replace("/", "_").strip()
+    return "_" if level in {"", ".", ".."} else level
 
 
 def multipart_etag(part_md5s: list[bytes]) -> str:
@@ -452,7 +456,7 @@ def _failure(what: str, url: str, err: BaseException) -> UploadRejectedError | L
         reason = reason or first.rsplit(" - ", 1)[-1].strip()
     line = f"S3 {what} {url} failed: {reason}"
     retryable = code in _RETRYABLE_CODES or status in _RETRYABLE_STATUS
-    denied = isinstance(err, PermissionDeniedError | UnauthenticatedError | FileNotFoundError)
-    if not retryable and (denied or (status is not None and 400 <= status < 500)):  # noqa: PLR2004
+    final = isinstance(err, _FINAL)
+    if not retryable and (final or (status is not None and 400 <= status < 500)):  # noqa: PLR2004
         return UploadRejectedError(f"{line}; not retried")
     return LinkError(line)
