@@ -419,7 +419,130 @@ UPLOAD_PLACEHOLDERS = ("path", "name", "stem", "vehicle", "date", "sha256")
 without ``.ulg``, the vehicle id, the log's UTC date (``YYYY-MM-DD``) and its SHA-256 in hex."""
 
 
-UploadTargetName = Literal["command", "flight_review"]
+S3_MIN_PART_MB = 5
+"""S3's smallest part of a multipart upload (all but the last), in MiB."""
+S3_MAX_PART_MB = 5 * 1024
+"""S3's largest part, in MiB."""
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_S3_REGION = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class S3Settings:
+    """Uploading each finished log to S3 or an S3-compatible store (MinIO, Ceph, R2, ...).
+
+    The object key is ``{prefix}/{vehicle}/{date}/{name}``. Credentials never stand here: they
+    come from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``) in the
+    environment, or from ``credentials_file``.
+
+    Attributes:
+        bucket: The bucket to upload to; None: no S3 upload.
+        prefix: First part of every key (slashes at either end are ignored); empty: none.
+        endpoint_url: ``http(s)://host[:port]`` of an S3-compatible store; None: AWS S3 in
+            ``region``.
+        region: The region requests are signed for (S3-compatible stores accept ``us-east-1``).
+        credentials_file: An AWS shared credentials file (``aws_access_key_id``,
+            ``aws_secret_access_key`` under ``[profile]``); None: the environment.
+        profile: The section of ``credentials_file`` to use.
+        part_size_mb: Logs larger than this go up in parts of this size, two at a time (memory
+            held: about three parts); 5 to 5120.
+        request_timeout_s: One request (one part) taking longer fails and is retried later;
+            allow for the uplink (8 MiB at 1 Mbit/s take 70 s).
+        verify_etag: After the upload, compare the object's ETag with the MD5 digest of the log
+            (per part for a multipart upload); false for buckets whose ETag is no MD5 (SSE-KMS
+            or SSE-C encryption). The size and SHA-256 are checked either way.
+    """
+
+    bucket: str | None = None
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    credentials_file: Path | None = None
+    profile: str = "default"
+    part_size_mb: int = 8
+    request_timeout_s: float = 300.0
+    verify_etag: bool = True
+
+    def __post_init__(self) -> None:
+        if self.bucket is not None:
+            check_s3_bucket(self.bucket)
+        _require(
+            "//" not in self.prefix.strip("/") and not _CONTROL.search(self.prefix),
+            "upload.s3.prefix",
+            f"must be key levels without empty ones or control characters, not {self.prefix!r}",
+        )
+        if self.endpoint_url is not None:
+            parse_s3_endpoint(self.endpoint_url)
+        _require(
+            bool(_S3_REGION.match(self.region)),
+            "upload.s3.region",
+            f"must be a region name such as us-east-1 or eu-central-1, not {self.region!r}",
+        )
+        _require(bool(self.profile), "upload.s3.profile", "must not be empty (e.g. default)")
+        _require(
+            S3_MIN_PART_MB <= self.part_size_mb <= S3_MAX_PART_MB,
+            "upload.s3.part_size_mb",
+            f"must be from {S3_MIN_PART_MB} to {S3_MAX_PART_MB} (S3's limits), "
+            f"not {self.part_size_mb}",
+        )
+        _require(
+            self.request_timeout_s > 0,
+            "upload.s3.request_timeout_s",
+            f"must be > 0 s, not {self.request_timeout_s}",
+        )
+
+
+def check_s3_bucket(bucket: str, key: str = "upload.s3.bucket") -> None:
+    """Check ``bucket`` against S3's bucket naming rules.
+
+    Raises:
+        SettingError: 3 to 63 characters of lower-case letters, digits, dots and hyphens,
+            beginning and ending with a letter or digit, not an IP address.
+    """
+    _require(
+        bool(_S3_BUCKET.match(bucket)) and ".." not in bucket and not _IPV4.match(bucket),
+        key,
+        "must be an S3 bucket name (3 to 63 lower-case letters, digits, dots and hyphens, "
+        f"beginning and ending with a letter or digit), not {bucket!r}",
+    )
+
+
+def parse_s3_endpoint(url: str, key: str = "upload.s3.endpoint_url") -> str:
+    """The one reading of ``upload.s3.endpoint_url``: ``http(s)://HOST[:PORT]``.
+
+    Returns:
+        The URL without a trailing slash.
+
+    Raises:
+        SettingError: Not such a URL, or credentials in it.
+    """
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as err:
+        raise SettingError(key, f"is not a valid URL ({err}): {url!r}") from None
+    _require(
+        parts.scheme in {"http", "https"}, key, f"must start with http:// or https://, not {url!r}"
+    )
+    _require(
+        parts.username is None and parts.password is None,
+        key,
+        "must not contain a user name or password; put the keys in AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY or upload.s3.credentials_file",
+    )
+    _require(bool(parts.hostname), key, f"has no host name: {url!r}")
+    _require(port is None or port >= 1, key, f"has port {port}, which is not from 1 to 65535")
+    _require(
+        parts.path in {"", "/"} and not parts.query and not parts.fragment,
+        key,
+        f"must be only scheme, host and port (the bucket is upload.s3.bucket), not {url!r}",
+    )
+    return url.rstrip("/")
+
+
+UploadTargetName = Literal["command", "flight_review", "s3"]
 """Where ``upload.target`` sends finished logs (``"s3"`` joins with ``[upload.s3]``)."""
 UPLOAD_TARGETS: tuple[UploadTargetName, ...] = get_args(UploadTargetName)
 FlightReviewApi = Literal["plot_app", "api"]
@@ -501,11 +624,12 @@ class FlightReviewSettings:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class UploadSettings:
-    """Shipping each finished log off the vehicle, to a target (a command, Flight Review).
+    """Shipping each finished log off the vehicle, to a target (a command, Flight Review, S3).
 
     Attributes:
         target: Where logs go (:data:`UploadTargetName`): ``command`` runs :attr:`command`
-            (unset: no upload), ``flight_review`` posts to :attr:`flight_review`'s server.
+            (unset: no upload), ``flight_review`` posts to :attr:`flight_review`'s server,
+            ``s3`` puts objects in :attr:`s3`'s bucket.
         command: Run after every finished log, without a shell: split like a shell would
             (quotes), then :data:`UPLOAD_PLACEHOLDERS` filled into each word, e.g.
             ``rclone copyto {path} remote:logs/{vehicle}/{date}/{name}``; None: no upload.
@@ -519,6 +643,7 @@ class UploadSettings:
         only_when_disarmed: Upload only while the vehicle is disarmed (HEARTBEAT base_mode);
             logs wait while it is armed.
         flight_review: The ``[upload.flight_review]`` section.
+        s3: The ``[upload.s3]`` section.
     """
 
     target: UploadTargetName = "command"
@@ -530,6 +655,7 @@ class UploadSettings:
     delete_after_upload: bool = False
     only_when_disarmed: bool = False
     flight_review: FlightReviewSettings = field(default_factory=FlightReviewSettings)
+    s3: S3Settings = field(default_factory=S3Settings)
 
     def __post_init__(self) -> None:
         _require(
@@ -545,6 +671,11 @@ class UploadSettings:
                 f'is only run with upload.target = "command", not {self.target!r}; '
                 "unset one of them",
             )
+        _require(
+            self.target != "s3" or self.s3.bucket is not None,
+            "upload.s3.bucket",
+            'must be set with upload.target = "s3" (the bucket logs go to)',
+        )
         _require(self.timeout_s > 0, "upload.timeout_s", f"must be > 0 s, not {self.timeout_s}")
         _require(self.attempts >= 1, "upload.attempts", f"must be >= 1, not {self.attempts}")
         _check_non_negative("upload.backoff_s", self.backoff_s, " s")
@@ -670,7 +801,12 @@ GROUPS: dict[str, type[DataclassInstance]] = {
 
 _Section = typing.TypeVar("_Section", bound="DataclassInstance")
 
-_INLINE_SECRETS = {"mqtt.password": "use mqtt.password_file or mqtt.password_env"}
+_S3_KEYS = "use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or upload.s3.credentials_file"
+_INLINE_SECRETS = {
+    "mqtt.password": "use mqtt.password_file or mqtt.password_env",
+    "upload.s3.access_key_id": _S3_KEYS,
+    "upload.s3.secret_access_key": _S3_KEYS,
+}
 COMMAND_LINE = "command line"
 """The source named in errors about ``overrides``."""
 
@@ -949,6 +1085,10 @@ def all_keys() -> list[str]:
 
 def _entry_hint(cls: type[DataclassInstance], table: str, entry: str, source: str) -> object:
     """The type of the key ``entry`` of the sub-section ``table`` (of settings class ``cls``)."""
+    key = f"{table}.{entry}"
+    if key in _INLINE_SECRETS:
+        msg = f"{source}: {key} is never accepted inline; {_INLINE_SECRETS[key]}"
+        raise ConfigError(msg)
     hints = typing.get_type_hints(cls)
     if entry not in hints:
         names = [f.name for f in dataclasses.fields(cls)]

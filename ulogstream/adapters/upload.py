@@ -376,8 +376,11 @@ def make_target(settings: UploadSettings) -> UploadTarget | None:
             return None if settings.command is None else CommandTarget(settings)
         case "flight_review":
             return FlightReviewTarget(settings.flight_review, timeout_s=settings.timeout_s)
-        # >>> S3 PLUG-IN POINT (merge): a third case for "s3" returns S3Target(settings) from
-        # ulogstream/adapters/s3_upload.py; add "s3" to config.UploadTargetName with it. <<<
+        case "s3":
+            # obstore (a Rust extension) is loaded only by those who upload to S3
+            from ulogstream.adapters.s3_upload import S3Target  # noqa: PLC0415
+
+            return S3Target(settings.s3)
 
 
 def _remove_entry(journal: UploadJournal, pending: PendingUpload) -> None:

@@ -1,0 +1,462 @@
+"""Finished logs to S3 or an S3-compatible store (MinIO, Ceph, R2, ...), checksum verified.
+
+:class:`S3Target` puts one finished log at ``s3://{bucket}/{prefix}/{vehicle}/{date}/{name}``
+through ``obstore`` (Rust's ``object_store``: async, no Python dependencies):
+
+- Streamed: the file is read in 1 MiB chunks in a thread, never whole; a log larger than
+  ``part_size_mb`` goes up as a multipart upload, two parts at a time, so about three parts are
+  held in memory whatever the size of the log.
+- Checked three times: every request carries the SHA-256 of its body (``x-amz-checksum-sha256``),
+  which S3 and the S3-compatible stores verify; the bytes read are hashed on the way and the
+  upload is abandoned before it completes when their SHA-256 is not the announced one
+  (:attr:`FinishedLogInfo.sha256`); the ETag of the answer (the MD5 digest the store computed,
+  per part for a multipart upload) is compared with the log's, and then a HEAD compares the
+  object's size and ``sha256`` metadata. Only then does the upload count as done.
+- Idempotent: a log whose object is already there with the same size and SHA-256 (an earlier
+  upload whose answer was lost) is not sent again; a retried upload replaces its object whole.
+  Write-only keys (a 403 on HEAD) skip the HEADs, with one warning.
+- Errors: :class:`~ulogstream.errors.UploadRejectedError` when retrying cannot help (no such
+  bucket, access denied, a 4xx answer, a log that changed since its checksum was taken);
+  :class:`~ulogstream.errors.LinkError` for everything a later attempt may get through (no
+  connection, a 5xx answer, a timeout, a clock not yet set). Both carry one line.
+
+An upload cancelled halfway leaves its parts in the bucket until a lifecycle rule removes
+incomplete multipart uploads (the upload is not completed, so no object appears).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import configparser
+import hashlib
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, BinaryIO
+
+import obstore
+from obstore.exceptions import InvalidPathError, PermissionDeniedError, UnauthenticatedError
+from obstore.store import S3Store
+
+from ulogstream.errors import ConfigError, LinkError, UploadRejectedError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+    from obstore.store import S3Config, S3Credential
+
+    from ulogstream.adapters.upload import FinishedLogInfo
+    from ulogstream.config import S3Settings
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK = 1 << 20
+"""Bytes read from the log at a time (a divisor of every part size)."""
+
+PARTS_AT_ONCE = 2
+"""Parts of one multipart upload in flight at once."""
+
+CONNECT_TIMEOUT_S = 10.0
+"""Seconds to open a connection to the store."""
+
+REQUEST_RETRIES = 2
+"""Retries of one request within one upload call (5xx, dropped connection); later attempts are
+the caller's (with its backoff)."""
+
+SHA256_METADATA = "sha256"
+"""User metadata (``x-amz-meta-sha256``) holding the log's SHA-256 in hex."""
+
+_MB = 1 << 20
+_STATUS = re.compile(r"status code: (\d{3})")
+_CODE = re.compile(r"<Code>([^<]*)</Code>")
+_MESSAGE = re.compile(r"<Message>([^<]*)</Message>")
+_MD5_ETAG = re.compile(r'^"?([0-9a-f]{32}(?:-\d+)?)"?$')
+_RETRYABLE_STATUS = frozenset({408, 429})
+_RETRYABLE_CODES = frozenset(
+    {
+        "RequestTimeout",  # S3's 400 when a body came too slowly
+        "RequestTimeTooSkewed",  # 403 while the vehicle's clock is not yet set (no RTC, no NTP)
+        "BadDigest",  # 400: the body changed on the way
+        "XAmzContentSHA256Mismatch",
+        "SlowDown",
+        "OperationAborted",
+    }
+)
+_FINAL = (PermissionDeniedError, UnauthenticatedError, FileNotFoundError, InvalidPathError)
+"""What obstore raises for 403, 401, 404 (no such bucket, on a PUT) and a key it refuses."""
+_CAUSES = (
+    ("connection refused", "connection refused"),
+    ("connection reset", "connection reset"),
+    ("connection closed", "connection closed"),
+    ("broken pipe", "connection broken"),
+    ("timed out", "timed out"),
+    ("dns error", "host name not resolved"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class S3Credentials:
+    """The keys requests are signed with (from the environment or a credentials file).
+
+    Attributes:
+        access_key_id: ``AWS_ACCESS_KEY_ID``.
+        secret_access_key: ``AWS_SECRET_ACCESS_KEY`` (never shown).
+        session_token: ``AWS_SESSION_TOKEN`` of temporary credentials; None: none.
+    """
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    def __call__(self) -> S3Credential:
+        """These keys as obstore asks for them (its ``credential_provider``)."""
+        return {
+            "access_key_id": self.access_key_id,
+            "secret_access_key": self.secret_access_key,
+            "token": self.session_token,
+            "expires_at": None,
+        }
+
+
+def read_s3_credentials(
+    settings: S3Settings, environ: Mapping[str, str] = os.environ
+) -> S3Credentials:
+    """The keys of ``settings.credentials_file`` (its ``profile``), else of the environment.
+
+    Blocking (reads the file): call it at start-up.
+
+    Raises:
+        ConfigError: The file cannot be read or lacks the keys, or the environment holds one key
+            without the other, or no keys are configured at all.
+    """
+    path = settings.credentials_file
+    if path is not None:
+        parser = configparser.ConfigParser(interpolation=None)
+        where = f"upload.s3.credentials_file {path}"
+        try:
+            with path.open(encoding="utf-8") as file:
+                parser.read_file(file)
+        except OSError as err:
+            msg = f"{where} cannot be read: {err.strerror}"
+            raise ConfigError(msg) from err
+        except (configparser.Error, UnicodeDecodeError) as err:
+            first = str(err).splitlines()[0]
+            msg = f"{where} is not an AWS credentials file ({first})"
+            raise ConfigError(msg) from None
+        if not parser.has_section(settings.profile):
+            profiles = ", ".join(parser.sections()) or "none"
+            msg = (
+                f"{where} has no [{settings.profile}] section (upload.s3.profile); "
+                f"it has: {profiles}"
+            )
+            raise ConfigError(msg)
+        section = parser[settings.profile]
+        key_id = section.get("aws_access_key_id", "").strip()
+        secret = section.get("aws_secret_access_key", "").strip()
+        if not key_id or not secret:
+            msg = f"{where} [{settings.profile}] needs aws_access_key_id and aws_secret_access_key"
+            raise ConfigError(msg)
+        token = section.get("aws_session_token", "").strip() or None
+        return S3Credentials(key_id, secret, token)
+    key_id = environ.get("AWS_ACCESS_KEY_ID", "")
+    secret = environ.get("AWS_SECRET_ACCESS_KEY", "")
+    if key_id and secret:
+        return S3Credentials(key_id, secret, environ.get("AWS_SESSION_TOKEN") or None)
+    if key_id or secret:
+        missing = "AWS_SECRET_ACCESS_KEY" if key_id else "AWS_ACCESS_KEY_ID"
+        msg = f"S3 upload: {missing} is not set, but its partner is; set both"
+        raise ConfigError(msg)
+    msg = (
+        "S3 upload: no keys; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment "
+        "(e.g. an EnvironmentFile= of the systemd unit) or upload.s3.credentials_file"
+    )
+    raise ConfigError(msg)
+
+
+def object_key(prefix: str, info: FinishedLogInfo) -> str:
+    """``{prefix}/{vehicle}/{date}/{name}`` of ``info``, without empty levels."""
+    levels = [prefix.strip("/"), _level(info.vehicle), _level(info.date), info.path.name]
+    return "/".join(level for level in levels if level)
+
+
+def _level(text: str) -> str:
+    """``text`` as one key level: no slash, not empty, not ``.`` or ``..``."""
+    level = text.replace("/", "_").strip()
+    return "_" if level in {"", ".", ".."} else level
+
+
+def multipart_etag(part_md5s: list[bytes]) -> str:
+    """The ETag S3 gives an object uploaded in these parts (MD5 digests of each part)."""
+    digest = hashlib.md5(b"".join(part_md5s), usedforsecurity=False).hexdigest()
+    return f"{digest}-{len(part_md5s)}"
+
+
+class _ChecksumMismatchError(Exception):
+    """The bytes read are not the log that was announced (raised inside the upload's stream)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """What a HEAD tells of an object."""
+
+    size: int
+    sha256: str | None
+
+
+_UNREADABLE = _Stored(-1, None)
+"""The object cannot be read back (HTTP 403)."""
+
+
+class _ReadError(Exception):
+    """The log cannot be read (raised inside the upload's stream)."""
+
+
+class _Digests:
+    """SHA-256 of a whole log and MD5 of each of its parts, fed chunk by chunk (in a thread)."""
+
+    def __init__(self, part_size: int) -> None:
+        self.part_size = part_size
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+        self.part_md5s: list[bytes] = []
+        self._part = hashlib.md5(usedforsecurity=False)
+        self._in_part = 0
+
+    def read(self, file: BinaryIO) -> bytes:
+        """Read the next chunk of ``file`` and take it in (blocking)."""
+        chunk = file.read(READ_CHUNK)
+        self.sha256.update(chunk)
+        self.size += len(chunk)
+        view = memoryview(chunk)
+        while view:
+            take = min(len(view), self.part_size - self._in_part)
+            self._part.update(view[:take])
+            self._in_part += take
+            view = view[take:]
+            if self._in_part == self.part_size:
+                self._close_part()
+        if not chunk and self._in_part:
+            self._close_part()
+        return chunk
+
+    def _close_part(self) -> None:
+        self.part_md5s.append(self._part.digest())
+        self._part = hashlib.md5(usedforsecurity=False)
+        self._in_part = 0
+
+    def etag(self, *, multipart: bool) -> str:
+        """The ETag S3 computes for these bytes (after the last chunk)."""
+        if multipart:
+            return multipart_etag(self.part_md5s)
+        return (
+            self.part_md5s[0]
+            if self.part_md5s
+            else hashlib.md5(b"", usedforsecurity=False).digest()
+        ).hex()
+
+
+class S3Target:
+    """Uploads finished logs to one bucket of S3 or an S3-compatible store.
+
+    Args:
+        settings: The ``[upload.s3]`` settings; ``bucket`` must be set.
+        credentials: The keys; None: :func:`read_s3_credentials` of ``settings`` (blocking: it
+            may read a file, so construct the target at start-up).
+
+    Raises:
+        ConfigError: No bucket, or no usable keys.
+    """
+
+    def __init__(self, settings: S3Settings, *, credentials: S3Credentials | None = None) -> None:
+        if settings.bucket is None:
+            msg = "upload.s3.bucket is not set: set it to upload to S3"
+            raise ConfigError(msg)
+        self.settings = settings
+        self.bucket = settings.bucket
+        self.name = f"s3://{settings.bucket}"
+        """What the logs call this target."""
+        self._part_size = settings.part_size_mb * _MB
+        self._readable = True
+        config: S3Config = {"region": settings.region, "checksum_algorithm": "SHA256"}
+        if settings.endpoint_url is not None:
+            config["endpoint"] = settings.endpoint_url.rstrip("/")
+        self._store = S3Store(
+            settings.bucket,
+            config=config,
+            client_options={
+                "allow_http": (settings.endpoint_url or "").startswith("http://"),
+                "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT_S),
+                "timeout": timedelta(seconds=settings.request_timeout_s),
+            },
+            retry_config={
+                "max_retries": REQUEST_RETRIES,
+                "retry_timeout": timedelta(seconds=settings.request_timeout_s),
+                "backoff": {
+                    "init_backoff": timedelta(seconds=0.1),
+                    "max_backoff": timedelta(seconds=2),
+                    "base": 2,
+                },
+            },
+            credential_provider=credentials or read_s3_credentials(settings),
+        )
+
+    def key(self, info: FinishedLogInfo) -> str:
+        """The object key of ``info``: ``{prefix}/{vehicle}/{date}/{name}``."""
+        return object_key(self.settings.prefix, info)
+
+    def url(self, info: FinishedLogInfo) -> str:
+        """``s3://{bucket}/{key}`` of ``info``."""
+        return f"s3://{self.bucket}/{self.key(info)}"
+
+    async def upload(self, info: FinishedLogInfo) -> str:
+        """Upload ``info``'s log (unless its object is there already) and verify the object.
+
+        Returns:
+            ``s3://{bucket}/{key}`` of the object.
+
+        Raises:
+            UploadRejectedError: Retrying cannot help (see the module's documentation).
+            LinkError: A later attempt may get through.
+        """
+        url = self.url(info)
+        if info.sha256 is None:
+            msg = f"{info.path} has no checksum (it could not be read when it finished)"
+            raise UploadRejectedError(msg)
+        if await self._present(info):
+            return url
+        try:
+            file = await asyncio.to_thread(info.path.open, "rb")
+        except FileNotFoundError:
+            msg = f"{info.path} no longer exists"
+            raise UploadRejectedError(msg) from None
+        except OSError as err:
+            msg = f"cannot read {info.path}: {err.strerror}"
+            raise LinkError(msg) from err
+        multipart = info.size > self._part_size
+        digests = _Digests(self._part_size)
+        try:
+            result = await obstore.put_async(
+                self._store,
+                self.key(info),
+                self._chunks(file, digests, info),
+                attributes={SHA256_METADATA: info.sha256},
+                use_multipart=multipart,
+                chunk_size=self._part_size,
+                max_concurrency=PARTS_AT_ONCE,
+            )
+        except _ChecksumMismatchError as err:
+            raise UploadRejectedError(str(err)) from None
+        except _ReadError as err:
+            raise LinkError(str(err)) from err.__cause__
+        except (OSError, obstore.exceptions.BaseError) as err:
+            error = _failure("PUT", url, err)
+            raise error from None
+        finally:
+            await asyncio.to_thread(file.close)
+        self._check_etag(url, result["e_tag"], digests.etag(multipart=multipart))
+        await self._verify(info, url)
+        return url
+
+    async def _chunks(
+        self, file: BinaryIO, digests: _Digests, info: FinishedLogInfo
+    ) -> AsyncIterator[bytes]:
+        while True:
+            try:
+                chunk = await asyncio.to_thread(digests.read, file)
+            except OSError as err:
+                msg = f"cannot read {info.path}: {err.strerror}"
+                raise _ReadError(msg) from err
+            if not chunk:
+                break
+            yield chunk
+        digest = digests.sha256.hexdigest()
+        if digests.size != info.size or digest != info.sha256:
+            msg = (
+                f"{info.path} changed since its checksum was taken "
+                f"({digests.size} bytes, SHA-256 {digest[:16]}..., not {info.size} bytes, "
+                f"{(info.sha256 or '')[:16]}...): not uploaded"
+            )
+            raise _ChecksumMismatchError(msg)
+
+    async def _head(self, info: FinishedLogInfo) -> _Stored | None:
+        """What the store holds at ``info``'s key; None: nothing.
+
+        Write-only keys (``s3:PutObject`` without ``s3:GetObject``, common for vehicles) get a
+        403: the object counts as unknown, and the checks that need to read it are skipped.
+        """
+        try:
+            result = await obstore.get_async(self._store, self.key(info), options={"head": True})
+        except FileNotFoundError:
+            return None
+        except PermissionDeniedError:
+            if self._readable:
+                self._readable = False
+                logger.warning(
+                    "%s: these keys may not read objects back (HTTP 403): logs are sent again "
+                    "after a lost answer, and checked by the store's SHA-256 and ETag only",
+                    self.name,
+                )
+            return _UNREADABLE
+        except (OSError, obstore.exceptions.BaseError) as err:
+            error = _failure("HEAD", self.url(info), err)
+            raise error from None
+        meta = result.meta
+        sha256 = result.attributes.get(SHA256_METADATA)
+        return _Stored(meta["size"], sha256 if isinstance(sha256, str) else None)
+
+    async def _present(self, info: FinishedLogInfo) -> bool:
+        stored = await self._head(info)
+        return stored is not None and stored == _Stored(info.size, info.sha256)
+
+    def _check_etag(self, url: str, etag: str | None, expected: str) -> None:
+        match = _MD5_ETAG.match(etag or "")
+        if self.settings.verify_etag and (match is None or match[1] != expected):
+            msg = (
+                f"S3 object {url} has ETag {etag}, not the log's MD5 {expected}: the upload does "
+                "not count (if the bucket encrypts with SSE-KMS or SSE-C, set "
+                "upload.s3.verify_etag = false)"
+            )
+            raise LinkError(msg)
+
+    async def _verify(self, info: FinishedLogInfo, url: str) -> None:
+        stored = await self._head(info)
+        if stored is _UNREADABLE:
+            return
+        problem = None
+        if stored is None:
+            problem = "is not there after its upload was answered with success"
+        elif stored.size != info.size:
+            problem = f"holds {stored.size} bytes, not {info.size}"
+        elif stored.sha256 != info.sha256:
+            problem = f"has SHA-256 {stored.sha256} in its metadata, not {info.sha256}"
+        if problem is not None:
+            msg = f"S3 object {url} {problem}: the upload does not count"
+            raise LinkError(msg)
+
+
+def _failure(what: str, url: str, err: BaseException) -> UploadRejectedError | LinkError:
+    """The error to raise for ``err`` of a request: rejected when retrying cannot help."""
+    text = str(err)
+    status_match = _STATUS.search(text)
+    status = int(status_match[1]) if status_match else None
+    code_match = _CODE.search(text)
+    code = code_match[1] if code_match else None
+    message_match = _MESSAGE.search(text)
+    if code is not None:
+        said = f"{code}: {message_match[1]}" if message_match else code
+        reason = f"{said} (HTTP {status})" if status else said
+    elif status is not None:
+        reason = f"HTTP {status}"
+    else:
+        lower = text.lower()
+        reason = next((cause for needle, cause in _CAUSES if needle in lower), "")
+        first = text.splitlines()[0] if text else type(err).__name__
+        reason = reason or first.rsplit(" - ", 1)[-1].strip()
+    line = f"S3 {what} {url} failed: {reason}"
+    retryable = code in _RETRYABLE_CODES or status in _RETRYABLE_STATUS
+    final = isinstance(err, _FINAL)
+    if not retryable and (final or (status is not None and 400 <= status < 500)):  # noqa: PLR2004
+        return UploadRejectedError(f"{line}; not retried")
+    return LinkError(line)
