@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 from mqtt.conftest import free_port
 from obstore.exceptions import GenericError, PermissionDeniedError
-from waiting import POLL_INTERVAL, WAIT_LIMIT, holds_for
+from waiting import POLL_INTERVAL, WAIT_LIMIT, eventually, holds_for, running
 
 from ulogstream.adapters.s3_upload import (
     S3Credentials,
@@ -32,8 +32,8 @@ from ulogstream.adapters.s3_upload import (
     object_key,
     read_s3_credentials,
 )
-from ulogstream.adapters.upload import FinishedLogInfo
-from ulogstream.config import COMMAND_LINE, S3Settings, load_settings
+from ulogstream.adapters.upload import FinishedLogInfo, LogShipper
+from ulogstream.config import COMMAND_LINE, S3Settings, UploadSettings, load_settings
 from ulogstream.errors import ConfigError, LinkError, UploadRejectedError
 from ulogstream.sim.flightlog import generate_flight_log
 
@@ -399,6 +399,35 @@ async def test_server_killed_mid_upload_then_restarted_the_next_attempt_complete
     assert await s3.upload(info) == f"s3://logs/{key}"
     assert server.keys("logs") == [key]
     assert sha256(server.get("logs", key)) == info.sha256
+
+
+@pytest.mark.asyncio
+async def test_the_shipper_retries_an_upload_cut_by_a_server_kill_until_it_lands_once(
+    moto_s3_own: MotoS3, big_log: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``upload.target = "s3"`` end to end: killed mid-upload, retried with backoff, one object."""
+    server = moto_s3_own
+    server.create_bucket("logs")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEYS.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEYS.secret_access_key)
+    s3 = S3Settings(bucket="logs", endpoint_url=server.url, part_size_mb=PART_MB)
+    shipper = LogShipper(
+        UploadSettings(target="s3", s3=s3, backoff_s=0.5, attempts=20), journal=tmp_path / "queue"
+    )
+    key = f"uav-1/{DATE}/10_00_00.ulg"
+    data = await asyncio.to_thread(big_log.read_bytes)
+    async with running(shipper.run()):
+        shipper.offer(big_log, len(data), vehicle="uav-1", how="complete")
+        await eventually(lambda: bool(server.uploads("logs")), what="a multipart upload began")
+        server.kill()
+        await eventually(lambda: shipper.last_error is not None, what="the cut upload failed")
+        server.start()  # same port, and empty: moto keeps nothing
+        server.create_bucket("logs")
+        await asyncio.wait_for(shipper.wait_idle(), WAIT_LIMIT * 4)
+    assert (shipper.uploaded, shipper.failed) == (1, 0)
+    assert server.keys("logs") == [key]
+    assert sha256(server.get("logs", key)) == sha256(data)
+    assert not await asyncio.to_thread(any, (tmp_path / "queue").iterdir())  # nothing waits
 
 
 @pytest.mark.asyncio
