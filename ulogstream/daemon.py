@@ -695,6 +695,26 @@ def sys_uuid_file(out_dir: Path, link: str, system_id: int) -> Path:
     return out_dir / SYS_UUID_FILE.format(link=link_name(link), sysid=system_id)
 
 
+def last_recorded_sysid(out_dir: Path, link: str) -> int | None:
+    """The system id of the autopilot whose ``sys_uuid`` was remembered last on ``link``.
+
+    A recorder without ``--target-sysid`` takes it as its own vehicle (its Last Will, client id
+    and start-up line), so a vehicle whose ``MAV_SYS_ID`` is not 1 keeps its identity.
+    """
+    prefix = SYS_UUID_FILE.format(link=link_name(link), sysid="")
+    newest: tuple[float, int] | None = None
+    with contextlib.suppress(OSError):
+        for state in out_dir.glob(f"{prefix}*"):
+            digits = state.name.removeprefix(prefix)
+            if not digits.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                stamp = (state.stat().st_mtime, int(digits))
+                if newest is None or stamp > newest:
+                    newest = stamp
+    return None if newest is None else newest[1]
+
+
 def _sys_uuid_note(mqtt: MqttSettings, sys_uuid: str | None) -> str:
     """How ``{sys_uuid}`` was filled in, for the start-up line."""
     if not mqtt.uses_sys_uuid:
@@ -901,10 +921,15 @@ class Recorder:
         link, mqtt = settings.link, settings.mqtt
         self.vehicle_ids: dict[int, str] = {}
         """Each vehicle's id (topics, folder under ``out_dir``, uploads), fixed for the run."""
-        home = link.target_sysid or 1
-        vehicle_id, sys_uuid = self._identify(home)
+        home = link.target_sysid
+        if home is None and mqtt.uses_sys_uuid:
+            home = last_recorded_sysid(settings.recording.out_dir, link.connection)
+        self._home = home or 1
+        """The system id of the recorder's own vehicle: ``--target-sysid``, else the last one
+        recorded on this link, else 1 (PX4's default)."""
+        vehicle_id, sys_uuid = self._identify(self._home)
         self.publisher = build_publisher(
-            mqtt, link=link.connection, sysid=home, vehicle_id=vehicle_id
+            mqtt, link=link.connection, sysid=self._home, vehicle_id=vehicle_id
         )
         client = (
             "" if self.publisher is None else f", MQTT client id {self.publisher.sink.client_id!r}"
@@ -1044,7 +1069,7 @@ class Recorder:
         if mqtt.uses_sys_uuid:  # a small read, once per vehicle
             sys_uuid = recalled_sys_uuid(sys_uuid_file(settings.recording.out_dir, link, system_id))
         vehicle_id = mqtt.effective_vehicle_id(link=link, sysid=system_id, sys_uuid=sys_uuid)
-        home = system_id == (settings.link.target_sysid or 1)
+        home = system_id == self._home
         template = mqtt.vehicle_id or ""
         distinct = mqtt.uses_sys_uuid or "{sysid}" in template
         if (not home and not distinct) or vehicle_id in self.vehicle_ids.values():
@@ -1055,11 +1080,12 @@ class Recorder:
     def _new_vehicle(self, system_id: int, now: float) -> Pipeline:
         """A pipeline for the autopilot ``system_id``, heard for the first time on the link.
 
-        The vehicle with the configured ``--target-sysid`` (else sysid 1, PX4's default) uses
-        the recorder's sink and publisher; any other sysid gets its own vehicle id (see
-        :meth:`_identify`), folder ``out_dir/{vehicle}`` and MQTT tree, so vehicles never mix.
+        The recorder's own vehicle (``--target-sysid``, else the one last recorded on this link,
+        else sysid 1: PX4's default) uses the recorder's sink and publisher; any other sysid
+        gets its own vehicle id (see :meth:`_identify`), folder ``out_dir/{vehicle}`` and MQTT
+        tree, so vehicles never mix.
         """
-        home = system_id == (self.settings.link.target_sysid or 1)
+        home = system_id == self._home
         recording = self.settings.recording
         foxglove = None
         if home:

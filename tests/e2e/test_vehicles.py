@@ -153,3 +153,28 @@ async def test_another_receiver_with_our_ids_is_warned_about_once(
         recorder.request_stop()
         await asyncio.wait_for(task, 10)
         await twin.aclose()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_a_lone_vehicle_with_another_sysid_is_the_recorders_own_from_the_next_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    uuid = "7" * 36
+    log = with_sys_uuid(flight_log(1.5, seed=45), uuid)
+    port = free_udp_port()
+    link = f"udpin:127.0.0.1:{port}"
+    first = Recorder(recorder_settings(link, tmp_path))
+    await record_vehicles(first, port, {7: log}, wait_for={7})
+    assert first.vehicle_ids[7].endswith("-sysid7")  # the stand-in until a log shows sys_uuid
+
+    caplog.clear()
+    again = Recorder(recorder_settings(link, tmp_path))
+    await record_vehicles(again, port, {7: log}, wait_for={7})
+    assert again.vehicle_ids == {7: uuid}
+    assert again.sink.folder == tmp_path / uuid  # the recorder's own sink: MAV_SYS_ID 7 is home
+    assert [path.read_bytes() for path in files(tmp_path / uuid, "*.ulg", depth=2)] == [log]
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith(f"vehicle id '{uuid}' (mqtt.vehicle_id default") for line in lines)
+    assert not any(line.startswith("vehicle sysid 7: vehicle id") for line in lines)

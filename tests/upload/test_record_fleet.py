@@ -142,8 +142,11 @@ async def test_two_recorders_on_one_host_keep_two_vehicles_apart_by_default(
 
         for i, (recorder, vehicle) in enumerate(zip(recorders, expected, strict=True)):
             text = recorder.stderr()
-            home = "vehicle id" if sysids[i] == 1 else f"vehicle sysid {sysids[i]}: vehicle id"
-            assert f"{home} '{vehicle}'" in text
+            # sysid 2 is the recorder's own vehicle from the second start (its Last Will)
+            own = sysids[i] == 1 or run == 1
+            line = f"vehicle id '{vehicle}' (" if own else f"sysid 2: vehicle id '{vehicle}'"
+            assert line in text
+            assert f"client id 'ulogstream-{vehicle}'" in text or not own
             assert text.count("MQTT connected") == 1  # the two never took each other's session
             (log,) = recordings(out / vehicle)
             assert log.read_bytes() == flights[i].read_bytes()
