@@ -740,8 +740,9 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mqtt-rate", type=float, help="default samples/s per topic (0 = all)")
     parser.add_argument(
         "--vehicle-id",
-        help="MQTT vehicle id, or a template of {hostname} {link} {sysid} {sys_uuid} "
-        "(default {hostname}-{link})",
+        help="vehicle id (MQTT topics, recording folder), or a template of {hostname} {link} "
+        "{sysid} {sys_uuid} (default {sys_uuid}: the autopilot's, from its last log; "
+        "{hostname}-{link}-sysid{sysid} until one is known)",
     )
     parser.add_argument(
         "--foxglove",
@@ -937,7 +938,9 @@ def _configure_replay(parser: argparse.ArgumentParser) -> None:
         help="times the log's own pace (default 1); 0 = as fast as possible",
     )
     parser.add_argument("--config", type=Path, help="TOML settings for the [mqtt] section")
-    parser.add_argument("--vehicle-id", help="MQTT vehicle id (default: {hostname}-replay)")
+    parser.add_argument(
+        "--vehicle-id", help="MQTT vehicle id (default: the log's sys_uuid, as record names it)"
+    )
     parser.add_argument("--mqtt-rate", type=float, help="default samples/s per topic (0 = all)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
@@ -955,6 +958,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     settings = load_settings(args.config, overrides)
     _setup_logging(settings.log.level, terminal=sys.stderr.isatty())
     from ulogstream.adapters.replay import replay_to_mqtt  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
+    from ulogstream.adapters.upload import read_sys_uuid  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
     from ulogstream.demo import error_words  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
 
     progress = ProgressLine(sys.stderr, f"replaying {args.file.name}")
@@ -962,7 +966,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         replay_to_mqtt(
             args.file,
             mqtt=sink_settings(settings.mqtt),
-            publish=publish_settings(settings.mqtt),
+            publish=publish_settings(settings.mqtt, sys_uuid=read_sys_uuid(args.file)),
             speed=args.speed if args.speed > 0 else None,
             progress=progress,
         )

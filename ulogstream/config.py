@@ -54,10 +54,15 @@ _LEVEL_FORBIDDEN = re.compile(r"[/+#\x00]")
 VEHICLE_PLACEHOLDERS = ("hostname", "link", "sysid", "sys_uuid")
 """What ``mqtt.vehicle_id`` may name: this machine's host name (without domain), the link
 (``link.connection`` as one topic level), the autopilot's MAVLink system id and its ``sys_uuid``
-(from the newest finished log, remembered across restarts; until one is known, the default
-vehicle id stands in for it)."""
-DEFAULT_VEHICLE_ID = "{hostname}-{link}"
-"""The vehicle id unless configured: unique on a host, since one link has one recorder."""
+(from the newest finished log, remembered across restarts; until one is known,
+:data:`SYS_UUID_STAND_IN` stands in for it)."""
+DEFAULT_VEHICLE_ID = "{sys_uuid}"
+"""The vehicle id unless configured: the autopilot's own ``sys_uuid``, unique in a fleet."""
+SYS_UUID_STAND_IN = "{hostname}-{link}-sysid{sysid}"
+"""What ``{sys_uuid}`` is until a log has shown it: host name, link and system id, unique on a
+host (one link has one recorder, one system id one autopilot on it)."""
+MAX_VEHICLE_ID_LENGTH = 128
+"""Longest vehicle id (a topic level and a folder name; file systems allow 255 bytes)."""
 CLIENT_ID_PLACEHOLDERS = ("hostname", "link", "vehicle")
 """What ``mqtt.client_id`` may name: host name, link and the (filled-in) vehicle id."""
 DEFAULT_CLIENT_ID = "ulogstream-{vehicle}"
@@ -146,11 +151,13 @@ class RecordingSettings:
     """Where and how logs are written.
 
     Attributes:
-        out_dir: Logs go to ``{out_dir}/{YYYY-MM-DD}/{HH_MM_SS}.ulg`` (UTC).
+        out_dir: Logs go to ``{out_dir}/{vehicle}/{YYYY-MM-DD}/{HH_MM_SS}.ulg`` (UTC;
+            ``{vehicle}`` is the vehicle id, see ``mqtt.vehicle_id``).
         min_free_mb: Recording stops cleanly before free space drops below this.
-        max_logs: Keep at most this many finished logs, deleting the oldest; 0: no limit.
-        max_total_mb: Keep all logs (the current one included) under this total size by deleting
-            the oldest finished ones; 0: no limit.
+        max_logs: Keep at most this many finished logs in ``out_dir`` (every vehicle's), deleting
+            the oldest; 0: no limit.
+        max_total_mb: Keep all logs in ``out_dir`` (the current one included) under this total
+            size by deleting the oldest finished ones; 0: no limit.
         idle_timeout_s: How long an open log waits for its data to come back through a link
             outage (USB unplugged, radio out of range) before it is finished as incomplete and
             a new stream is requested; longer than PX4's 2.5 s ack timeout.
@@ -182,8 +189,10 @@ class MqttSettings:
             publishing.
         urls: More brokers (same form), tried in turn after ``url`` when one cannot be reached.
         root: First topic level.
-        vehicle_id: Second topic level, a template of :data:`VEHICLE_PLACEHOLDERS`; None:
-            :data:`DEFAULT_VEHICLE_ID` (host name and link: two recorders on one host differ).
+        vehicle_id: The vehicle id: second topic level and the recording folder under
+            ``recording.out_dir``, a template of :data:`VEHICLE_PLACEHOLDERS`; None:
+            :data:`DEFAULT_VEHICLE_ID` (the autopilot's ``sys_uuid``, host name, link and
+            system id until a log has shown it). Filled in, it is made one safe path component.
         client_id: MQTT client id, a template of :data:`CLIENT_ID_PLACEHOLDERS`; None:
             :data:`DEFAULT_CLIENT_ID`, the same at every restart (broker ACLs keyed on it work).
         keepalive_s: Seconds between MQTT pings (the broker drops a silent client after 1.5x).
@@ -312,7 +321,7 @@ class MqttSettings:
     @property
     def uses_sys_uuid(self) -> bool:
         """Whether the vehicle id names the autopilot's ``{sys_uuid}``."""
-        return self.vehicle_id is not None and "{sys_uuid}" in self.vehicle_id
+        return "{sys_uuid}" in (DEFAULT_VEHICLE_ID if self.vehicle_id is None else self.vehicle_id)
 
     def effective_vehicle_id(
         self, *, link: str = "", sysid: int = 1, sys_uuid: str | None = None
@@ -323,13 +332,13 @@ class MqttSettings:
             link: ``link.connection`` (``{link}``: made one topic level, ``/dev/`` dropped).
             sysid: The autopilot's MAVLink system id (``{sysid}``).
             sys_uuid: The autopilot's ``sys_uuid`` (``{sys_uuid}``); None: not known yet, and
-                :data:`DEFAULT_VEHICLE_ID` stands in for it.
+                :data:`SYS_UUID_STAND_IN` stands in for it.
         """
         template = DEFAULT_VEHICLE_ID if self.vehicle_id is None else self.vehicle_id
         values = {"hostname": host_name(), "link": link_name(link), "sysid": sysid}
         if sys_uuid is None:
-            sys_uuid = DEFAULT_VEHICLE_ID.format_map(values)
-        return _topic_level(template.format_map({**values, "sys_uuid": sys_uuid}))
+            sys_uuid = SYS_UUID_STAND_IN.format_map(values)
+        return safe_vehicle_id(template.format_map({**values, "sys_uuid": sys_uuid}))
 
     def effective_client_id(self, vehicle_id: str, *, link: str = "") -> str:
         """The MQTT client id: the ``client_id`` template (or the default) filled in."""
@@ -747,8 +756,16 @@ def link_name(connection: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "link"
 
 
-def _topic_level(text: str) -> str:
-    return re.sub(r"[/+#\x00\s]", "_", text) or "vehicle"
+def safe_vehicle_id(text: str) -> str:
+    """``text`` as a vehicle id that is one MQTT topic level and one safe path component.
+
+    Anything but ASCII letters, digits, ``_``, ``-`` and ``.`` becomes ``_``, a leading ``.``
+    too (no hidden folder, no ``..``), and the id is cut to :data:`MAX_VEHICLE_ID_LENGTH`.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:MAX_VEHICLE_ID_LENGTH]
+    if safe.startswith("."):
+        safe = "_" + safe[1:]
+    return safe or "vehicle"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

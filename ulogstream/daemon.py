@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, TextIO
 
 from ulogstream.adapters.connection import load_signing_key, open_transport, parse_connection
 from ulogstream.adapters.file_sink import (
-    VEHICLE_FOLDER,
     FinishedLog,
     UlgFileSink,
     recover_partial_files,
@@ -42,7 +41,7 @@ from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
 from ulogstream.adapters.serial_transport import SerialTransport
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, recalled_sys_uuid
-from ulogstream.config import DEFAULT_VEHICLE_ID, MqttSettings, Settings, mqtt_password
+from ulogstream.config import MqttSettings, Settings, link_name, mqtt_password
 from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UlogstreamError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
@@ -103,10 +102,11 @@ TIMER_TICK_S = 0.05
 LOSS_WARNING_INTERVAL_S = 5.0
 """Least seconds between two packet-loss warnings in the log (the counters keep the rest)."""
 
-SYS_UUID_FILE = ".sys_uuid"
-"""In a vehicle's recording folder: its autopilot's ``sys_uuid`` from the newest finished log."""
+SYS_UUID_FILE = ".sys_uuid-{link}-sysid{sysid}"
+"""In ``recording.out_dir``: the ``sys_uuid`` of the autopilot with that system id on that link,
+from its newest finished log (per link and system id: recorders on one host share out_dir)."""
 UPLOAD_QUEUE_FOLDER = ".upload-queue"
-"""In the recording folder: the logs waiting for upload, one JSON file each (survives reboots)."""
+"""In ``recording.out_dir``: the logs waiting for upload, one JSON file each (survives reboots)."""
 
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
@@ -700,12 +700,37 @@ def _drop(_data: bytes) -> None:
     """Where sends go while no link is open."""
 
 
+def sys_uuid_file(out_dir: Path, link: str, system_id: int) -> Path:
+    """Where the ``sys_uuid`` of autopilot ``system_id`` on ``link`` is remembered."""
+    return out_dir / SYS_UUID_FILE.format(link=link_name(link), sysid=system_id)
+
+
+def last_recorded_sysid(out_dir: Path, link: str) -> int | None:
+    """The system id of the autopilot whose ``sys_uuid`` was remembered last on ``link``.
+
+    A recorder without ``--target-sysid`` takes it as its own vehicle (its Last Will, client id
+    and start-up line), so a vehicle whose ``MAV_SYS_ID`` is not 1 keeps its identity.
+    """
+    prefix = SYS_UUID_FILE.format(link=link_name(link), sysid="")
+    newest: tuple[float, int] | None = None
+    with contextlib.suppress(OSError):
+        for state in out_dir.glob(f"{prefix}*"):
+            digits = state.name.removeprefix(prefix)
+            if not digits.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                stamp = (state.stat().st_mtime, int(digits))
+                if newest is None or stamp > newest:
+                    newest = stamp
+    return None if newest is None else newest[1]
+
+
 def _sys_uuid_note(mqtt: MqttSettings, sys_uuid: str | None) -> str:
     """How ``{sys_uuid}`` was filled in, for the start-up line."""
     if not mqtt.uses_sys_uuid:
         return ""
     if sys_uuid is None:
-        return "; sys_uuid not known yet: the default id stands in until a log shows it"
+        return "; sys_uuid not known yet: host name, link and sysid stand in until a log shows it"
     return f"; sys_uuid {sys_uuid} from the last log"
 
 
@@ -788,7 +813,12 @@ def sink_settings(mqtt: MqttSettings, *, client_id: str | None = None) -> MqttSi
 
 
 def build_publisher(
-    mqtt: MqttSettings, *, link: str = "replay", sysid: int = 1, sys_uuid: str | None = None
+    mqtt: MqttSettings,
+    *,
+    link: str = "replay",
+    sysid: int = 1,
+    sys_uuid: str | None = None,
+    vehicle_id: str | None = None,
 ) -> Publisher | None:
     """The MQTT side, or None when no broker is configured.
 
@@ -797,13 +827,17 @@ def build_publisher(
         link: ``link.connection`` for ``{link}`` in the vehicle and client ids.
         sysid: The home autopilot's system id for ``{sysid}`` in the vehicle id.
         sys_uuid: The home autopilot's ``sys_uuid`` if known, for ``{sys_uuid}``.
+        vehicle_id: The vehicle id already filled in (the recorder's); None: from the above.
 
     Raises:
         ConfigError: A setting cannot be used (bad URL, missing password file, ...).
     """
     if not mqtt.broker_urls():
         return None
-    policy = PublishPolicy(publish_settings(mqtt, link=link, sysid=sysid, sys_uuid=sys_uuid))
+    settings = publish_settings(mqtt, link=link, sysid=sysid, sys_uuid=sys_uuid)
+    if vehicle_id is not None:
+        settings = replace(settings, vehicle_id=vehicle_id)
+    policy = PublishPolicy(settings)
     client_id = mqtt.effective_client_id(policy.settings.vehicle_id, link=link)
     from ulogstream.adapters.mqtt_sink import MqttSink  # noqa: PLC0415 (aiomqtt: MQTT only)
 
@@ -896,23 +930,28 @@ class Recorder:
         self._ignored_systems: set[int] = set()
         self._impostor_warned = False
         link, mqtt = settings.link, settings.mqtt
-        self._folders: dict[int, Path] = {}
-        """Each vehicle's recording folder (where its ``sys_uuid`` is remembered)."""
-        sys_uuid = None
-        if mqtt.uses_sys_uuid:
-            sys_uuid = recalled_sys_uuid(settings.recording.out_dir / SYS_UUID_FILE)
+        self.vehicle_ids: dict[int, str] = {}
+        """Each vehicle's id (topics, folder under ``out_dir``, uploads), fixed for the run."""
+        home = link.target_sysid
+        if home is None and mqtt.uses_sys_uuid:
+            home = last_recorded_sysid(settings.recording.out_dir, link.connection)
+        self._home = home or 1
+        """The system id of the recorder's own vehicle: ``--target-sysid``, else the last one
+        recorded on this link, else 1 (PX4's default)."""
+        vehicle_id, sys_uuid = self._identify(self._home)
         self.publisher = build_publisher(
-            mqtt, link=link.connection, sysid=link.target_sysid or 1, sys_uuid=sys_uuid
+            mqtt, link=link.connection, sysid=self._home, vehicle_id=vehicle_id
         )
-        if self.publisher is not None:
-            vehicle_id = self.publisher.policy.settings.vehicle_id
-            logger.info(
-                "MQTT vehicle id %r (mqtt.vehicle_id %s%s), client id %r",
-                vehicle_id,
-                "default" if mqtt.vehicle_id is None else repr(mqtt.vehicle_id),
-                _sys_uuid_note(mqtt, sys_uuid),
-                self.publisher.sink.client_id,
-            )
+        client = (
+            "" if self.publisher is None else f", MQTT client id {self.publisher.sink.client_id!r}"
+        )
+        configured = "default" if mqtt.vehicle_id is None else repr(mqtt.vehicle_id)
+        self._identity_line = (
+            f"vehicle id {vehicle_id!r} (mqtt.vehicle_id {configured}"
+            f"{_sys_uuid_note(mqtt, sys_uuid)}): recording into "
+            f"{settings.recording.out_dir / vehicle_id}{client}"
+        )
+        """Logged once the link is open (a link that cannot open is the one error line)."""
         self.shipper = LogShipper(
             settings.upload, journal=settings.recording.out_dir / UPLOAD_QUEUE_FOLDER
         )
@@ -933,7 +972,7 @@ class Recorder:
         self._next_hello = 0.0
         self._link_codec: MavlinkCodec | None = None
         """The open link's codec (None while no link is open)."""
-        self.sink = UlgFileSink.from_settings(settings.recording)
+        self.sink = UlgFileSink.from_settings(settings.recording, folder=vehicle_id)
 
     def request_stop(self) -> None:
         """Stop streaming with the handshake, finish the file and return from :meth:`run`.
@@ -1030,33 +1069,56 @@ class Recorder:
             system_id=link.sysid, component_id=link.compid, signing_key=self._signing_key
         )
 
+    def _identify(self, system_id: int) -> tuple[str, str | None]:
+        """The id of the vehicle ``system_id`` (kept in :attr:`vehicle_ids`) and its ``sys_uuid``.
+
+        The ``sys_uuid`` is the one remembered from its last log (None: not known or not used).
+
+        The id is fixed for the run: a ``sys_uuid`` a log shows is remembered and used from
+        the next start, so topics, Last Will and folder never move under a running flight.
+        A vehicle other than the home one whose filled-in template names neither ``{sysid}``
+        nor ``{sys_uuid}`` (or names an id taken on this link) gets ``-sysid{N}`` appended.
+        """
+        settings = self.settings
+        mqtt, link = settings.mqtt, settings.link.connection
+        sys_uuid = None
+        if mqtt.uses_sys_uuid:  # a small read, once per vehicle
+            sys_uuid = recalled_sys_uuid(sys_uuid_file(settings.recording.out_dir, link, system_id))
+        vehicle_id = mqtt.effective_vehicle_id(link=link, sysid=system_id, sys_uuid=sys_uuid)
+        home = system_id == self._home
+        template = mqtt.vehicle_id or ""
+        distinct = mqtt.uses_sys_uuid or "{sysid}" in template
+        if (not home and not distinct) or vehicle_id in self.vehicle_ids.values():
+            vehicle_id = f"{vehicle_id}-sysid{system_id}"
+        self.vehicle_ids[system_id] = vehicle_id
+        return vehicle_id, sys_uuid
+
     def _new_vehicle(self, system_id: int, now: float) -> Pipeline:
         """A pipeline for the autopilot ``system_id``, heard for the first time on the link.
 
-        The vehicle with the configured ``--target-sysid`` (else sysid 1, PX4's default) records
-        into ``out_dir`` and publishes under the vehicle id; any other sysid gets its own folder
-        ``out_dir/sysid{N}`` and vehicle id ``{vehicle_id}-sysid{N}``, so vehicles never mix.
+        The recorder's own vehicle (``--target-sysid``, else the one last recorded on this link,
+        else sysid 1: PX4's default) uses the recorder's sink and publisher; any other sysid
+        gets its own vehicle id (see :meth:`_identify`), folder ``out_dir/{vehicle}`` and MQTT
+        tree, so vehicles never mix.
         """
-        home = system_id == (self.settings.link.target_sysid or 1)
+        home = system_id == self._home
         recording = self.settings.recording
-        folder = f"{VEHICLE_FOLDER}{system_id}"
-        where = recording.out_dir if home else recording.out_dir / folder
         foxglove = None
         if home:
             sink, publisher, foxglove = self.sink, self.publisher, self.foxglove
+            vehicle_id = self.vehicle_ids[system_id]
         else:
-            sink = UlgFileSink.from_settings(replace(recording, out_dir=where))
+            vehicle_id, _ = self._identify(system_id)
+            sink = UlgFileSink.from_settings(recording, folder=vehicle_id)
             publisher = None
             if self.publisher is not None:
                 mqtt, link = self.settings.mqtt, self.settings.link.connection
-                sys_uuid = None
-                if mqtt.uses_sys_uuid:  # a small read, once per vehicle
-                    sys_uuid = recalled_sys_uuid(where / SYS_UUID_FILE)
-                settings = publish_settings(mqtt, link=link, sysid=system_id, sys_uuid=sys_uuid)
-                if "{sysid}" not in (mqtt.vehicle_id or DEFAULT_VEHICLE_ID):
-                    settings = replace(settings, vehicle_id=f"{settings.vehicle_id}-{folder}")
+                settings = replace(
+                    publish_settings(mqtt, link=link, sysid=system_id), vehicle_id=vehicle_id
+                )
                 publisher = Publisher(PublishPolicy(settings), self.publisher.sink)
-                logger.info("vehicle sysid %d: MQTT vehicle id %r", system_id, settings.vehicle_id)
+            logger.info("vehicle sysid %d: vehicle id %r", system_id, vehicle_id)
+        where = sink.folder
         status = self.status if self.pipeline is None else RecorderStatus(link=self.status.link)
         pipeline = Pipeline(
             codec=self._codec,
@@ -1068,7 +1130,6 @@ class Recorder:
             on_log_ended=self._log_ended,
         )
         pipeline.on_log_finished = partial(self._log_finished, pipeline, system_id)
-        self._folders[system_id] = where
         self.vehicles[system_id] = pipeline
         if self.pipeline is None:
             self.pipeline = pipeline
@@ -1082,37 +1143,30 @@ class Recorder:
         self, pipeline: Pipeline, system_id: int, finished: FinishedLog, how: str
     ) -> None:
         """Announce ``finished`` on MQTT and queue its upload (both off the event loop's path)."""
-        publisher, mqtt = pipeline.publisher, self.settings.mqtt
-        announce = None
-        if publisher is not None:
-            vehicle = publisher.policy.settings.vehicle_id
-            announce = partial(self._announce, publisher, system_id)
-        else:
-            link = self.settings.link.connection
-            vehicle = mqtt.effective_vehicle_id(link=link, sysid=system_id)
-        state = self._folders[system_id] / SYS_UUID_FILE if mqtt.uses_sys_uuid else None
+        publisher, settings = pipeline.publisher, self.settings
+        state = None
+        if settings.mqtt.uses_sys_uuid:
+            state = sys_uuid_file(settings.recording.out_dir, settings.link.connection, system_id)
         self.shipper.offer(
             finished.path,
             finished.size,
-            vehicle=vehicle,
+            vehicle=self.vehicle_ids[system_id],
             how=how,
-            announce=announce,
+            announce=partial(self._announce, publisher, system_id),
             sys_uuid_file=state,
         )
 
-    def _announce(self, publisher: Publisher, system_id: int, info: FinishedLogInfo) -> None:
+    def _announce(self, publisher: Publisher | None, system_id: int, info: FinishedLogInfo) -> None:
         """Publish ``meta/log_finished``; say when a newly seen ``sys_uuid`` changes the id."""
-        _announce(publisher, info)
+        if publisher is not None:
+            _announce(publisher, info)
         mqtt = self.settings.mqtt
         if not mqtt.uses_sys_uuid or info.sys_uuid is None:
             return
-        now = publisher.policy.settings.vehicle_id
+        now = self.vehicle_ids[system_id]
         link = self.settings.link.connection
         then = mqtt.effective_vehicle_id(link=link, sysid=system_id, sys_uuid=info.sys_uuid)
-        home = system_id == (self.settings.link.target_sysid or 1)
-        if not home and "{sysid}" not in (mqtt.vehicle_id or ""):
-            then = f"{then}-{VEHICLE_FOLDER}{system_id}"
-        if then != now:
+        if then != now and not now.startswith(f"{then}-sysid"):
             logger.info(
                 "autopilot sys_uuid %s (in %s): the vehicle id becomes %r at the next start "
                 "(%r until then)",
@@ -1185,6 +1239,7 @@ class Recorder:
                 logger.info("link %s is back", transport.describe())
             else:
                 logger.info("listening on %s", transport.describe())
+                logger.info("%s", self._identity_line)
                 self.status.state = "waiting for autopilot"
             opened_before = True
             attempt, last_error = 0, ""

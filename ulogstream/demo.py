@@ -58,7 +58,7 @@ class DemoOptions:
     """What ``ulogstream demo`` takes.
 
     Attributes:
-        out_dir: Where the recording goes (``{out}/{YYYY-MM-DD}/{HH_MM_SS}.ulg``).
+        out_dir: Where the recording goes (``{out}/demo/{YYYY-MM-DD}/{HH_MM_SS}.ulg``).
         duration_s: Length of the generated flight.
         speed: Replay speed of the flight's time (3 streams a 30 s flight in about 10 s).
         loss: Probability that the link loses a LOGGING_DATA packet.

@@ -171,9 +171,16 @@ def test_misuse_raises_runtime_errors(tmp_path: Path) -> None:
 
 def test_from_settings_uses_the_recording_section(tmp_path: Path) -> None:
     settings = RecordingSettings(out_dir=tmp_path / "rec", min_free_mb=0, max_logs=3)
-    sink = UlgFileSink.from_settings(settings)
+    sink = UlgFileSink.from_settings(settings, folder="uav7")
     assert sink.out_dir == tmp_path / "rec"
-    assert sink.start_log(now_utc=START).path.parent.parent == tmp_path / "rec"
+    path = sink.start_log(now_utc=START).path
+    assert path == tmp_path / "rec" / "uav7" / "2026-11-21" / "10_05_07.ulg.part"
+
+
+@pytest.mark.parametrize("folder", ["", ".", "..", "a/b"])
+def test_a_vehicle_folder_must_be_one_path_component(tmp_path: Path, folder: str) -> None:
+    with pytest.raises(ValueError, match="one path component"):
+        UlgFileSink(tmp_path, folder=folder)
 
 
 # --- disk guard ------------------------------------------------------------------------------
@@ -284,6 +291,19 @@ def test_max_logs_deletes_the_oldest_finished_logs_only(tmp_path: Path) -> None:
     assert middle.parent.exists()
 
 
+def test_rotation_counts_the_logs_of_every_vehicle_in_the_out_dir(tmp_path: Path) -> None:
+    oldest = finished_log(tmp_path, "uav1/2026-11-19/08_00_00.ulg", 10, age_s=3000)
+    older = finished_log(tmp_path, "2026-11-19/09_00_00.ulg", 10, age_s=2500)  # before folders
+    newer = finished_log(tmp_path, "uav2/2026-11-20/09_00_00.ulg", 10, age_s=2000)
+    sink = UlgFileSink(tmp_path, folder="uav2", min_free_mb=0, max_logs=2)
+
+    started = sink.start_log(now_utc=START)
+
+    assert started.deleted == (oldest, older)
+    assert newer.exists()
+    assert started.path.parent == tmp_path / "uav2" / "2026-11-21"
+
+
 def test_max_total_mb_deletes_oldest_logs_also_while_recording(tmp_path: Path) -> None:
     a = finished_log(tmp_path, "2026-11-20/01_00_00.ulg", 400_000, age_s=300)
     b = finished_log(tmp_path, "2026-11-20/02_00_00.ulg", 400_000, age_s=200)
@@ -304,18 +324,21 @@ def test_max_total_mb_deletes_oldest_logs_also_while_recording(tmp_path: Path) -
 # --- recovery --------------------------------------------------------------------------------
 
 
-def test_recovery_also_finishes_the_logs_of_other_vehicles(tmp_path: Path) -> None:
+def test_recovery_finishes_the_logs_of_every_vehicle_and_of_the_older_layout(
+    tmp_path: Path,
+) -> None:
     log = sample_log()
-    home = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
-    other = tmp_path / "sysid2" / "2026-11-21" / "10_05_08.ulg.part"
-    for part in (home, other):
+    older = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
+    home = tmp_path / "uav1" / "2026-11-21" / "10_05_07.ulg.part"
+    other = tmp_path / "uav2" / "2026-11-21" / "10_05_08.ulg.part"
+    for part in (older, home, other):
         part.parent.mkdir(parents=True)
         part.write_bytes(log)
 
     recovered = recover_partial_files(tmp_path)
 
     assert sorted(r.path for r in recovered) == sorted(
-        p.with_name(p.name.removesuffix(".part")) for p in (home, other)
+        p.with_name(p.name.removesuffix(".part")) for p in (older, home, other)
     )
     assert all(r.path.read_bytes() == log for r in recovered)
 
@@ -398,11 +421,25 @@ def test_recovery_of_a_missing_directory_finds_nothing(tmp_path: Path) -> None:
 def test_a_sink_recording_after_recovery_does_not_reuse_recovered_names(tmp_path: Path) -> None:
     sink = UlgFileSink(tmp_path, min_free_mb=0)
     sink.start_log(now_utc=START)
-    sink.write(sample_log()[:-3])  # a crash: the fd is never closed cleanly
+    sink.write(sample_log()[:-3])
     sink.flush()
+    sink.drop()  # a crash: the file is let go of as it is
     (recovered,) = recover_partial_files(tmp_path)
 
     again = UlgFileSink(tmp_path, min_free_mb=0).start_log(now_utc=START)
 
     assert recovered.path.name == "10_05_07.ulg"
     assert again.path.name == "10_05_07_1.ulg.part"
+
+
+def test_recovery_leaves_alone_a_part_another_recorder_is_writing(tmp_path: Path) -> None:
+    writing = UlgFileSink(tmp_path, folder="uav1", min_free_mb=0)  # a live recorder's log
+    started = writing.start_log(now_utc=START)
+    writing.write(sample_log())
+    writing.flush()
+
+    assert recover_partial_files(tmp_path) == []
+
+    finished = writing.close()
+    assert started.path.with_name("10_05_07.ulg") == finished.path
+    assert finished.path.read_bytes() == sample_log()

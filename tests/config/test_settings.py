@@ -157,15 +157,40 @@ def test_overrides_win_over_the_file(tmp_path: Path) -> None:
     assert settings.mqtt.url is None  # None means "not given on the command line"
 
 
-def test_vehicle_id_defaults_to_host_and_link_so_two_recorders_on_one_host_differ() -> None:
+def test_vehicle_id_defaults_to_the_autopilots_sys_uuid() -> None:
+    mqtt = MqttSettings()
+
+    assert mqtt.uses_sys_uuid
+    uuid = "000600000000383233333039510700340029"
+    assert mqtt.effective_vehicle_id(link="/dev/pixhawk", sys_uuid=uuid) == uuid
+    assert MqttSettings(vehicle_id="drone7").effective_vehicle_id(link="/dev/x") == "drone7"
+
+
+def test_until_the_sys_uuid_is_known_host_link_and_sysid_keep_two_recorders_apart() -> None:
     host = socket.gethostname().split(".")[0]
     mqtt = MqttSettings()
 
     first = mqtt.effective_vehicle_id(link="/dev/pixhawk")
-    second = mqtt.effective_vehicle_id(link="udpin:0.0.0.0:14550")
+    second = mqtt.effective_vehicle_id(link="udpin:0.0.0.0:14550", sysid=2)
 
-    assert (first, second) == (f"{host}-pixhawk", f"{host}-udpin-0.0.0.0-14550")
-    assert MqttSettings(vehicle_id="drone7").effective_vehicle_id(link="/dev/x") == "drone7"
+    assert (first, second) == (f"{host}-pixhawk-sysid1", f"{host}-udpin-0.0.0.0-14550-sysid2")
+
+
+@pytest.mark.parametrize(
+    ("template", "sys_uuid", "expected"),
+    [
+        ("{sys_uuid}", "../../etc", "_._.._etc"),
+        ("{sys_uuid}", "a b/c+d#e\x00", "a_b_c_d_e_"),
+        ("..", None, "_."),
+        ("{sys_uuid}", "", "vehicle"),
+        ("{sys_uuid}", "x" * 300, "x" * 128),
+    ],
+)
+def test_a_filled_in_vehicle_id_is_one_safe_path_component(
+    template: str, sys_uuid: str | None, expected: str
+) -> None:
+    mqtt = MqttSettings(vehicle_id=template)
+    assert mqtt.effective_vehicle_id(link="/dev/x", sys_uuid=sys_uuid) == expected
 
 
 def test_vehicle_and_client_id_templates_are_filled_in() -> None:
@@ -184,8 +209,8 @@ def test_sys_uuid_in_the_vehicle_id_waits_for_it_behind_the_default() -> None:
     mqtt = MqttSettings(vehicle_id="px4-{sys_uuid}")
 
     assert mqtt.uses_sys_uuid
-    assert not MqttSettings().uses_sys_uuid
-    assert mqtt.effective_vehicle_id(link="/dev/pixhawk") == f"px4-{host}-pixhawk"
+    assert not MqttSettings(vehicle_id="{hostname}").uses_sys_uuid
+    assert mqtt.effective_vehicle_id(link="/dev/pixhawk") == f"px4-{host}-pixhawk-sysid1"
     assert mqtt.effective_vehicle_id(link="/dev/pixhawk", sys_uuid="0006ab") == "px4-0006ab"
 
 

@@ -25,7 +25,7 @@ import aiomqtt
 from pyulog import ULog
 
 from ulogstream.adapters.ulog_file import read
-from ulogstream.sim.flightlog import generate_flight_log
+from ulogstream.sim.flightlog import INFO, generate_flight_log
 from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import (
     SendLoggingData,
@@ -306,6 +306,19 @@ def make_flight(directory: Path, *, duration_s: float, seed: int = 0) -> Flight:
     path = directory / f"flight-{seed}.ulg"
     path.write_bytes(out.getvalue())
     return Flight(path, out.getvalue())
+
+
+SIM_SYS_UUID = {key: value for _, key, value in INFO}["sys_uuid"]
+"""The ``sys_uuid`` in every generated flight log (the info PX4 writes)."""
+
+
+def with_sys_uuid(log: bytes, sys_uuid: str) -> bytes:
+    """``log`` as another autopilot's: its ``sys_uuid`` information replaced (same length)."""
+    old = str(SIM_SYS_UUID).encode()
+    new = sys_uuid.encode()
+    assert len(new) == len(old), f"a sys_uuid of {len(old)} characters keeps the message sizes"
+    assert log.count(old) == 1, "the sys_uuid appears once, in its 'I' message"
+    return log.replace(old, new)
 
 
 def recordings(out_dir: Path) -> list[Path]:

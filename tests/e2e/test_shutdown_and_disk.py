@@ -60,7 +60,7 @@ async def test_signal_stops_a_recorder_process_with_a_finished_file(
     )  # fmt: skip
     try:
         await eventually(
-            lambda: any(p.stat().st_size for p in out.glob("*/*.ulg.part")),
+            lambda: any(p.stat().st_size for p in out.glob("*/*/*.ulg.part")),
             what="no data on disk",
         )
         process.send_signal(signum)

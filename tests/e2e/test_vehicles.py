@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
+from daemon.support import with_sys_uuid
 from e2e.support import FAST, flight_log, recorder_settings
 from waiting import eventually
 
@@ -76,17 +78,31 @@ async def record_vehicles(
 @pytest.mark.asyncio
 @pytest.mark.timeout(90)
 async def test_every_vehicle_on_a_link_is_recorded_apart(tmp_path: Path) -> None:
-    logs = {1: flight_log(2.0, seed=41), 2: flight_log(2.5, seed=42)}
+    uuids = {1: "1" * 36, 2: "2" * 36}
+    logs = {
+        1: with_sys_uuid(flight_log(2.0, seed=41), uuids[1]),
+        2: with_sys_uuid(flight_log(2.5, seed=42), uuids[2]),
+    }
     port = free_udp_port()
-    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
+    link = f"udpin:127.0.0.1:{port}"
+    recorder = Recorder(recorder_settings(link, tmp_path))
     summaries = await record_vehicles(recorder, port, logs, wait_for={1, 2})
-    home = files(tmp_path, "*.ulg", depth=2)
-    second = files(tmp_path / "sysid2", "*.ulg", depth=2)
-    assert [path.read_bytes() for path in home] == [logs[1]]
-    assert [path.read_bytes() for path in second] == [logs[2]]
+    # Until a log showed their sys_uuid, host, link and sysid name them.
+    stand_in = f"{socket.gethostname().split('.')[0]}-udpin-127.0.0.1-{port}-sysid"
+    assert recorder.vehicle_ids == {1: f"{stand_in}1", 2: f"{stand_in}2"}
+    for system_id, log in logs.items():
+        recorded = files(tmp_path / recorder.vehicle_ids[system_id], "*.ulg", depth=2)
+        assert [path.read_bytes() for path in recorded] == [log]
     # Each vehicle got its acks and its STOP at its own address (udpin has two peers here).
     assert {system_id: s.logs_stopped for system_id, s in summaries.items()} == {1: 1, 2: 1}
     assert set(recorder.vehicles) == {1, 2}
+
+    again = Recorder(recorder_settings(link, tmp_path))
+    await record_vehicles(again, port, logs, wait_for={1, 2})
+    assert again.vehicle_ids == uuids  # remembered from the first logs
+    for system_id, log in logs.items():
+        recorded = files(tmp_path / uuids[system_id], "*.ulg", depth=2)
+        assert [path.read_bytes() for path in recorded] == [log]
 
 
 @pytest.mark.asyncio
@@ -99,8 +115,8 @@ async def test_target_sysid_keeps_one_vehicle_and_names_the_others_once(
     port = free_udp_port()
     recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path, target_sysid=2))
     summaries = await record_vehicles(recorder, port, logs, wait_for={2})
-    assert [path.read_bytes() for path in files(tmp_path, "*.ulg", depth=2)] == [logs[2]]
-    assert not (tmp_path / "sysid1").exists()
+    assert [path.read_bytes() for path in files(tmp_path, "*.ulg", depth=3)] == [logs[2]]
+    assert set(recorder.vehicle_ids) == {2}  # no folder, no id for the one not recorded
     assert summaries[1].logs_started == 0  # never asked to stream
     ignored = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
     assert len(ignored) == 1
@@ -137,3 +153,28 @@ async def test_another_receiver_with_our_ids_is_warned_about_once(
         recorder.request_stop()
         await asyncio.wait_for(task, 10)
         await twin.aclose()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_a_lone_vehicle_with_another_sysid_is_the_recorders_own_from_the_next_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    uuid = "7" * 36
+    log = with_sys_uuid(flight_log(1.5, seed=45), uuid)
+    port = free_udp_port()
+    link = f"udpin:127.0.0.1:{port}"
+    first = Recorder(recorder_settings(link, tmp_path))
+    await record_vehicles(first, port, {7: log}, wait_for={7})
+    assert first.vehicle_ids[7].endswith("-sysid7")  # the stand-in until a log shows sys_uuid
+
+    caplog.clear()
+    again = Recorder(recorder_settings(link, tmp_path))
+    await record_vehicles(again, port, {7: log}, wait_for={7})
+    assert again.vehicle_ids == {7: uuid}
+    assert again.sink.folder == tmp_path / uuid  # the recorder's own sink: MAV_SYS_ID 7 is home
+    assert [path.read_bytes() for path in files(tmp_path / uuid, "*.ulg", depth=2)] == [log]
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith(f"vehicle id '{uuid}' (mqtt.vehicle_id default") for line in lines)
+    assert not any(line.startswith("vehicle sysid 7: vehicle id") for line in lines)

@@ -13,7 +13,14 @@ import socket
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import Process, make_flight, recordings, subscriber
+from daemon.support import (
+    SIM_SYS_UUID,
+    Process,
+    make_flight,
+    recordings,
+    subscriber,
+    with_sys_uuid,
+)
 from waiting import eventually
 
 from ulogstream.demo import free_udp_port
@@ -39,9 +46,11 @@ def record(
     )  # fmt: skip
 
 
-def fly(tmp_path: Path, flight: Path, port: int, name: str = "sim") -> Process:
+def fly(tmp_path: Path, flight: Path, port: int, name: str = "sim", *extra: str) -> Process:
     return Process(
-        ["sim", str(flight), f"udpout:127.0.0.1:{port}", "--rate", "usb"], tmp_path, name=name
+        ["sim", str(flight), f"udpout:127.0.0.1:{port}", "--rate", "usb", *extra],
+        tmp_path,
+        name=name,
     )
 
 
@@ -90,37 +99,62 @@ async def test_a_finished_log_is_announced_and_uploaded_by_the_command(
 
 
 @pytest.mark.asyncio
-async def test_two_recorders_on_one_host_publish_into_two_trees_by_default(
+async def test_two_recorders_on_one_host_keep_two_vehicles_apart_by_default(
     tmp_path: Path, mosquitto: Broker, processes: list[Process]
 ) -> None:
-    flight = make_flight(tmp_path, duration_s=2.0, seed=9)
+    """Default settings, one out_dir: the vehicles never mix in topics or folders.
+
+    Host, link and sysid name them at first, their autopilots' sys_uuid from the next start.
+    """
     ports = [free_udp_port(), free_udp_port()]
+    sysids = [1, 2]
+    uuids = ["a" * 36, "b" * 36]
+    flights = []
+    for i, uuid in enumerate(uuids):
+        flight = make_flight(tmp_path, duration_s=2.0, seed=9 + i)
+        path = tmp_path / f"vehicle{i}.ulg"
+        path.write_bytes(with_sys_uuid(flight.data, uuid))
+        flights.append(path)
+    out = tmp_path / "recordings"  # shared, as the default out_dir is on one host
     host = socket.gethostname().split(".")[0]
-    expected = {f"{host}-udpin-127.0.0.1-{port}" for port in ports}
-    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/status") as got:
-        recorders = [
-            record(tmp_path, port, tmp_path / f"out{i}", mosquitto, name=f"record{i}")
-            for i, port in enumerate(ports)
-        ]
-        processes.extend(recorders)
-        for recorder in recorders:
-            await recorder.await_line("MQTT connected")
-        sims = [fly(tmp_path, flight.path, port, f"sim{i}") for i, port in enumerate(ports)]
-        processes.extend(sims)
-        for recorder in recorders:
-            assert await recorder.await_exit(limit=60) == 0
+    stand_ins = [f"{host}-udpin-127.0.0.1-{p}-sysid{n}" for p, n in zip(ports, sysids, strict=True)]
+    for run, expected in enumerate([stand_ins, uuids]):
+        topic = "ulogstream/+/meta/status"
+        async with subscriber(mosquitto.host, mosquitto.port, topic) as got:
+            recorders = [
+                record(tmp_path, port, out, mosquitto, name=f"record{run}-{i}")
+                for i, port in enumerate(ports)
+            ]
+            processes.extend(recorders)
+            for recorder in recorders:
+                await recorder.await_line("MQTT connected")
+            for i, (port, sysid) in enumerate(zip(ports, sysids, strict=True)):
+                sim = fly(tmp_path, flights[i], port, f"sim{run}-{i}", "--sysid", str(sysid))
+                processes.append(sim)
+            for recorder in recorders:
+                assert await recorder.await_exit(limit=60) == 0
 
-        def vehicles() -> set[str]:
-            return {m.topic.split("/")[1] for m in got}
+            def both_trees(trees: frozenset[str] = frozenset(expected)) -> bool:
+                # live ones only: not the first run's, which the broker retained
+                return {m.topic.split("/")[1] for m in got if not m.retain} == trees
 
-        await eventually(lambda: vehicles() == expected, what="not two vehicle trees")
+            await eventually(both_trees, what="not two vehicle trees")
 
-    for recorder, port in zip(recorders, ports, strict=True):
-        text = recorder.stderr()
-        vehicle = f"{host}-udpin-127.0.0.1-{port}"
-        assert f"MQTT vehicle id '{vehicle}' (mqtt.vehicle_id default)" in text
-        assert f"client id 'ulogstream-{vehicle}'" in text
-        assert text.count("MQTT connected") == 1  # the two never took each other's session
+        for i, (recorder, vehicle) in enumerate(zip(recorders, expected, strict=True)):
+            text = recorder.stderr()
+            # sysid 2 is the recorder's own vehicle from the second start (its Last Will)
+            own = sysids[i] == 1 or run == 1
+            line = f"vehicle id '{vehicle}' (" if own else f"sysid 2: vehicle id '{vehicle}'"
+            assert line in text
+            assert f"client id 'ulogstream-{vehicle}'" in text or not own
+            assert text.count("MQTT connected") == 1  # the two never took each other's session
+            (log,) = recordings(out / vehicle)
+            assert log.read_bytes() == flights[i].read_bytes()
+            if run == 0:
+                assert f"the vehicle id becomes '{uuids[i]}' at the next start" in text
+            else:
+                assert "becomes" not in text
+    assert {p.name for p in out.iterdir() if not p.name.startswith(".")} == {*stand_ins, *uuids}
 
 
 @pytest.mark.asyncio
@@ -128,11 +162,11 @@ async def test_a_sys_uuid_vehicle_id_is_learnt_from_a_log_and_used_from_the_next
     tmp_path: Path, mosquitto: Broker, processes: list[Process]
 ) -> None:
     flight = make_flight(tmp_path, duration_s=1.5, seed=10)
-    uuid = "000600000000383233333039510700340029"  # in the sim's PX4 info
+    uuid = SIM_SYS_UUID
     port = free_udp_port()
     host = socket.gethostname().split(".")[0]
     out = tmp_path / "recordings"
-    stand_in = f"px4-{host}-udpin-127.0.0.1-{port}"
+    stand_in = f"px4-{host}-udpin-127.0.0.1-{port}-sysid1"
     async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/status") as got:
         stderr: list[str] = []
         for run in range(2):
@@ -152,13 +186,14 @@ async def test_a_sys_uuid_vehicle_id_is_learnt_from_a_log_and_used_from_the_next
             what="not the stand-in id, then the sys_uuid one",
         )
 
-    assert f"MQTT vehicle id '{stand_in}'" in first
+    assert f"vehicle id '{stand_in}'" in first
     assert "sys_uuid not known yet" in first
     assert f"becomes 'px4-{uuid}' at the next start" in first
-    assert f"MQTT vehicle id 'px4-{uuid}'" in second
+    assert f"vehicle id 'px4-{uuid}'" in second
     assert f"sys_uuid {uuid} from the last log" in second
     assert "becomes" not in second
-    assert (out / ".sys_uuid").read_text().strip() == uuid
+    assert (out / f".sys_uuid-udpin-127.0.0.1-{port}-sysid1").read_text().strip() == uuid
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {stand_in, f"px4-{uuid}"}
 
 
 @pytest.mark.asyncio

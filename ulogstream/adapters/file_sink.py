@@ -1,7 +1,8 @@
 """Recording to disk: one ``.ulg`` per log, with a free-space guard and rotation (blocking I/O).
 
-A log is written to ``{out_dir}/{YYYY-MM-DD}/{HH_MM_SS}.ulg.part`` (UTC, like PX4's SD card) and
-renamed to ``.ulg`` once it is complete and fsynced. Every method here may block on the disk:
+A log is written to ``{out_dir}/{vehicle}/{YYYY-MM-DD}/{HH_MM_SS}.ulg.part`` (UTC, like PX4's SD
+card) and renamed to ``.ulg`` once it is complete and fsynced; rotation counts the logs of every
+vehicle in ``out_dir`` (one disk). Every method here may block on the disk:
 the recorder calls them from its file worker thread only
 (:mod:`ulogstream.adapters.log_files`), never from the event loop. The caller only hands over
 whole ULog messages, so the file on disk always ends on a message boundary except after a crash
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import itertools
 import mmap
 import os
@@ -37,8 +39,6 @@ DEFAULT_MAX_BUFFERED = 4 << 20
 """Pending bytes that force an early ``os.write`` (about 8 s at the USB streaming ceiling)."""
 
 SUFFIX = ".ulg"
-VEHICLE_FOLDER = "sysid"
-"""Logs of a vehicle other than the home one go to ``{out_dir}/sysid{N}/``."""
 PART_SUFFIX = ".ulg.part"
 CORRUPT_SUFFIX = ".ulg.corrupt"
 
@@ -142,13 +142,17 @@ class _OpenLog:
 
 
 class UlgFileSink:
-    """Writes logs to ``out_dir``, one file per log, with a free-space guard and rotation.
+    """Writes logs to ``out_dir/folder``, one file per log, with a free-space guard and rotation.
 
     Args:
         out_dir: Root of the recordings, created when missing.
+        folder: The vehicle's folder in ``out_dir`` (its vehicle id: one path component);
+            None: logs go straight to ``out_dir/{date}/``.
         min_free_mb: Stop a log cleanly before free space would drop below this.
-        max_logs: Keep at most this many finished logs (the new one included); 0: no limit.
-        max_total_mb: Keep finished logs plus the current one under this size; 0: no limit.
+        max_logs: Keep at most this many finished logs in ``out_dir`` (every vehicle's, the new
+            one included); 0: no limit.
+        max_total_mb: Keep the finished logs in ``out_dir`` plus the current one under this
+            size; 0: no limit.
         max_buffered: Pending bytes that make :meth:`write` flush at once (bounds memory).
         disk_usage: Free-space probe; :func:`shutil.disk_usage` except in tests.
     """
@@ -157,13 +161,19 @@ class UlgFileSink:
         self,
         out_dir: Path,
         *,
+        folder: str | None = None,
         min_free_mb: int = 200,
         max_logs: int = 0,
         max_total_mb: int = 0,
         max_buffered: int = DEFAULT_MAX_BUFFERED,
         disk_usage: DiskUsageFunction = shutil.disk_usage,
     ) -> None:
+        if folder is not None and (folder in {"", ".", ".."} or "/" in folder or "\0" in folder):
+            msg = f"the vehicle folder must be one path component, not {folder!r}"
+            raise ValueError(msg)
         self.out_dir = out_dir
+        self.folder = out_dir if folder is None else out_dir / folder
+        """Where this sink's logs go: ``out_dir/folder/{date}/``."""
         self._min_free_mb = min_free_mb
         self._max_logs = max_logs
         self._max_total_bytes = max_total_mb * MB
@@ -178,10 +188,13 @@ class UlgFileSink:
         """Bytes of the current log discarded after the disk guard stopped it."""
 
     @classmethod
-    def from_settings(cls, recording: RecordingSettings) -> UlgFileSink:
-        """A sink configured by the ``[recording]`` settings."""
+    def from_settings(
+        cls, recording: RecordingSettings, *, folder: str | None = None
+    ) -> UlgFileSink:
+        """A sink configured by the ``[recording]`` settings, writing into ``out_dir/folder``."""
         return cls(
             recording.out_dir,
+            folder=folder,
             min_free_mb=recording.min_free_mb,
             max_logs=recording.max_logs,
             max_total_mb=recording.max_total_mb,
@@ -226,24 +239,27 @@ class UlgFileSink:
             msg = f"start_log() while {self._log.part_path} is open; close() it first"
             raise RuntimeError(msg)
         now = datetime.now(UTC) if now_utc is None else now_utc.astimezone(UTC)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
         self._finished = _finished_logs(self.out_dir)
         deleted = self._rotate()
-        free = self._disk_usage(self.out_dir).free
+        free = self._disk_usage(self.folder).free
         if free < self._min_free_mb * MB:
             raise DiskFullError(
-                directory=self.out_dir,
+                directory=self.folder,
                 free_bytes=free,
                 min_free_mb=self._min_free_mb,
                 path=None,
             )
-        day_dir = self.out_dir / now.strftime("%Y-%m-%d")
+        day_dir = self.folder / now.strftime("%Y-%m-%d")
         day_dir.mkdir(exist_ok=True)
         stem = _unused_stem(
             day_dir, now.strftime("%H_%M_%S"), (SUFFIX, PART_SUFFIX, CORRUPT_SUFFIX)
         )
         part_path = day_dir / f"{stem}{PART_SUFFIX}"
         fd = os.open(part_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        # Held until the file is closed: start-up recovery of another recorder sharing out_dir
+        # leaves a .part alone while its writer lives (see recover_partial_files).
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._log = _OpenLog(fd=fd, part_path=part_path, final_path=day_dir / f"{stem}{SUFFIX}")
         self._stopped = None
         self.bytes_dropped = 0
@@ -413,18 +429,18 @@ class UlgFileSink:
 def recover_partial_files(out_dir: Path) -> list[RecoveredFile]:
     """Finish the ``.ulg.part`` files an interrupted recording left in ``out_dir``.
 
-    Both layouts are searched: ``{out_dir}/{date}/`` and per vehicle ``{out_dir}/sysid{N}/{date}/``.
+    Both layouts are searched: per vehicle ``{out_dir}/{vehicle}/{date}/`` and the older
+    ``{out_dir}/{date}/``.
 
     Each is trimmed to its last whole ULog message and renamed to ``.ulg``; a file without a
-    ULog header is renamed ``.ulg.corrupt`` and left as it was. Run it before any sink opens.
+    ULog header is renamed ``.ulg.corrupt`` and left as it was. A ``.part`` that another
+    recorder sharing ``out_dir`` is writing (it holds a lock on it) is left alone. Run it
+    before any sink of this recorder opens.
     """
     if not out_dir.is_dir():
         return []
-    parts = [
-        *out_dir.glob(f"*/*{PART_SUFFIX}"),
-        *out_dir.glob(f"{VEHICLE_FOLDER}*/*/*{PART_SUFFIX}"),
-    ]
-    return [_recover(part) for part in sorted(parts)]
+    parts = [path for pattern in _LOG_PATTERNS for path in out_dir.glob(pattern + PART_SUFFIX)]
+    return [recovered for part in sorted(parts) if (recovered := _recover(part)) is not None]
 
 
 def whole_messages_end(data: bytes | bytearray | memoryview) -> int:
@@ -446,9 +462,17 @@ def whole_messages_end(data: bytes | bytearray | memoryview) -> int:
     return min(pos, size)
 
 
-def _recover(part: Path) -> RecoveredFile:
+def _recover(part: Path) -> RecoveredFile | None:
     stem = part.name.removesuffix(PART_SUFFIX)
-    with part.open("r+b") as file:
+    try:
+        file = part.open("r+b")
+    except FileNotFoundError:  # its writer finished it meanwhile
+        return None
+    with file:
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a live recorder is writing it
+            return None
         size = os.fstat(file.fileno()).st_size
         header = file.read(HEADER_SIZE)
         if len(header) < HEADER_SIZE or not header.startswith(MAGIC):
@@ -468,16 +492,21 @@ def _recover(part: Path) -> RecoveredFile:
             file.truncate(keep)
         file.flush()
         os.fsync(file.fileno())
-    final = part.with_name(f"{_unused_stem(part.parent, stem, (SUFFIX,))}{SUFFIX}")
-    part.rename(final)
+        final = part.with_name(f"{_unused_stem(part.parent, stem, (SUFFIX,))}{SUFFIX}")
+        part.rename(final)  # under the lock: no other recorder takes the file meanwhile
     _fsync_dir(part.parent)
     return RecoveredFile(part, final, keep, size - keep, corrupt=False)
 
 
+_LOG_PATTERNS = ("*/*/*", "*/*")
+"""Where logs are in ``out_dir`` (with a suffix): ``{vehicle}/{date}/``, and ``{date}/`` as
+written before vehicle folders."""
+
+
 def _finished_logs(out_dir: Path) -> list[tuple[Path, int]]:
-    """Finished logs under ``out_dir``, oldest first, with their sizes."""
+    """Finished logs under ``out_dir`` (every vehicle's), oldest first, with their sizes."""
     found: list[tuple[float, Path, int]] = []
-    for path in out_dir.glob(f"*/*{SUFFIX}"):
+    for path in (path for pattern in _LOG_PATTERNS for path in out_dir.glob(pattern + SUFFIX)):
         try:
             stat = path.stat()
         except FileNotFoundError:
