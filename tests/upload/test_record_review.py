@@ -62,7 +62,8 @@ async def test_a_log_the_server_failed_is_uploaded_once_by_the_next_run(
                 assert [u.status for u in server.received] == [503]
                 assert len(list((out / UPLOAD_QUEUE_FOLDER).glob("*.json"))) == 1
 
-    first, second = recordings(out)
+    # in finishing order: each run records under its own link's vehicle folder
+    first, second = sorted(recordings(out), key=lambda path: path.stat().st_mtime)
     assert [u.status for u in server.received] == [503, 302, 302]
     assert sorted(server.stored.values()) == sorted([first.read_bytes(), second.read_bytes()])
     assert list((out / UPLOAD_QUEUE_FOLDER).iterdir()) == []
