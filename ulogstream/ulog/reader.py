@@ -164,7 +164,7 @@ class ULogReader:
     """
 
     def __init__(self, *, gather: bool = True) -> None:
-        self._parser = ULogParser(ordered=False)
+        self._parser = ULogParser(ordered=False, remember_keys=False)
         self._collector = _Collector()
         self._sizes: list[int] = []
         """``2 + wire size`` of each msg_id whose rows this reader gathers itself, else -1
