@@ -425,7 +425,7 @@ class ULogReader:
             return
         at: npt.NDArray[np.int64] = np.frombuffer(offsets, np.int64)
         builder = lane.builder
-        size = builder.dtype.itemsize
+        size = builder.size
         # the ``size`` bytes after each offset's header and msg_id, overlapping: indexing
         # this copies the rows out
         spans: npt.NDArray[np.void] = np.ndarray(
@@ -509,38 +509,42 @@ class _TopicBuilder:
     """
 
     __slots__ = (
-        "dtype",
+        "full",
         "lanes",
         "msg_ids",
         "multi_id",
         "name",
         "row_size",
         "rows",
+        "size",
         "timestamps",
         "view_timestamp",
         "void",
     )
 
-    def __init__(self, subscription: Subscription, dtype: np.dtype[np.void]) -> None:
+    def __init__(self, subscription: Subscription) -> None:
         self.name = subscription.name
         self.multi_id = subscription.multi_id
         self.msg_ids = [subscription.msg_id]
-        self.dtype = dtype
-        """:attr:`Subscription.dtype` without trailing padding (see :func:`_compact`)."""
-        self.row_size = subscription.dtype.itemsize
-        self.void: np.dtype[np.void] = np.dtype((np.void, self.dtype.itemsize))
+        self.full = subscription.dtype
+        """:attr:`Subscription.dtype`; :meth:`build` cuts it to the rows (see :func:`_compact`)
+        only at the end, when the block that set the peak memory is gone."""
+        self.row_size = self.full.itemsize
+        self.size = _compact_size(self.full)
+        """Bytes per row kept: up to the end of the last field."""
+        self.void: np.dtype[np.void] = np.dtype((np.void, self.size))
         self.rows = bytearray()
         """The rows so far; it can only grow while no array views it."""
         self.timestamps: list[npt.NDArray[np.uint64]] = []
         self.lanes: list[_Lane] = []
         """The msg_ids whose rows :class:`ULogReader` gathers into this instance itself."""
-        fields = self.dtype.fields
+        fields = self.full.fields
         spec = None if fields is None else fields.get(TIMESTAMP_FIELD)
         self.view_timestamp = spec is not None and spec[0] == np.dtype("<u8")
 
     def add(self, rows: npt.NDArray[np.void], timestamps: npt.NDArray[np.uint64]) -> None:
         """Append a parser batch (full-size rows, of which the first bytes are kept)."""
-        size = self.dtype.itemsize
+        size = self.size
         if size == self.row_size:
             self.rows.extend(rows)
         else:
@@ -550,8 +554,9 @@ class _TopicBuilder:
         if not self.view_timestamp:
             self.timestamps.append(timestamps)
 
-    def build(self) -> TopicData:
-        data: npt.NDArray[np.void] = np.frombuffer(self.rows, self.dtype)
+    def build(self, dtype: np.dtype[np.void]) -> TopicData:
+        """The instance's rows, viewed as ``dtype`` (:func:`_compact` of :attr:`full`)."""
+        data: npt.NDArray[np.void] = np.frombuffer(self.rows, dtype)
         timestamps: npt.NDArray[np.uint64]
         if self.view_timestamp:
             timestamps = data[TIMESTAMP_FIELD]
@@ -559,18 +564,22 @@ class _TopicBuilder:
             timestamps = np.concatenate(self.timestamps)
         else:
             timestamps = np.zeros(len(data), np.uint64)
-        return TopicData(
-            self.name, self.multi_id, tuple(self.msg_ids), self.dtype, data, timestamps
-        )
+        return TopicData(self.name, self.multi_id, tuple(self.msg_ids), dtype, data, timestamps)
+
+
+def _compact_size(dtype: np.dtype[np.void]) -> int:
+    """Where the last field of ``dtype`` ends."""
+    fields = dtype.fields
+    if not fields:
+        return dtype.itemsize
+    return max(offset + field.itemsize for field, offset, *_ in fields.values())
 
 
 def _compact(dtype: np.dtype[np.void]) -> np.dtype[np.void]:
     """``dtype`` with its itemsize cut to the end of its last field."""
+    end = _compact_size(dtype)
     fields = dtype.fields
-    if not fields:
-        return dtype
-    end = max(offset + field.itemsize for field, offset, *_ in fields.values())
-    if end == dtype.itemsize:
+    if not fields or end == dtype.itemsize:
         return dtype
     names = list(fields)
     compact: np.dtype[np.void] = np.dtype(
@@ -600,7 +609,6 @@ class _Collector:
         self.dropouts: list[Dropout] = []
         self.topics: dict[tuple[str, int], _TopicBuilder] = {}
         self.by_msg_id: dict[int, _TopicBuilder] = {}
-        self._compacts: dict[np.dtype[np.void], np.dtype[np.void]] = {}
         self.corruption: list[Corruption] = []
         self.warnings: list[ParserWarning] = []
         self.truncated: Truncated | None = None
@@ -652,13 +660,12 @@ class _Collector:
     def _subscribe(self, subscription: Subscription) -> None:
         key = (subscription.name, subscription.multi_id)
         builder = self.topics.get(key)
-        compact = self._compacts.get(subscription.dtype)
-        if compact is None:  # one per format, shared by its instances
-            compact = self._compacts.setdefault(subscription.dtype, _compact(subscription.dtype))
         if builder is None:
-            builder = _TopicBuilder(subscription, compact)
+            builder = _TopicBuilder(subscription)
             self.topics[key] = builder
-        elif builder.dtype != compact:
+        elif builder.full != subscription.dtype and _compact(builder.full) != _compact(
+            subscription.dtype
+        ):
             text = (
                 f"{subscription.name!r} instance {subscription.multi_id} re-subscribed with a "
                 f"different format (msg_id {subscription.msg_id}); its rows are left out"
@@ -674,7 +681,13 @@ class _Collector:
         if self.header is None:  # the parser raises before this can happen
             msg = "no ULog file header"
             raise ULogFormatError(msg, offset=0)
-        topics = {key: builder.build() for key, builder in self.topics.items()}
+        compacts: dict[np.dtype[np.void], np.dtype[np.void]] = {}  # one per format
+        topics: dict[tuple[str, int], TopicData] = {}
+        for key, builder in self.topics.items():
+            compact = compacts.get(builder.full)
+            if compact is None:
+                compact = compacts[builder.full] = _compact(builder.full)
+            topics[key] = builder.build(compact)
         return ULogData(
             header=self.header,
             flag_bits=self.flag_bits,
