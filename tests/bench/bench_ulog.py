@@ -190,8 +190,10 @@ def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
     Each run is a fresh process that imports numpy, pyulog and ulogstream, notes VmHWM, reads
     the file and notes VmHWM again (VmHWM is per address space, so unlike ru_maxrss it does
     not inherit this process's peak); other processes give tracemalloc's peak. Run ``i`` of
-    both readers has hash seed ``i`` and argv of the same size, so both start from the same
-    heap; the seeds vary the heap's layout, which alone moves a figure by a few hundred KiB.
+    both readers has hash seed ``i``, an environment ``509 * i % 4096`` bytes larger and
+    argv of the same size, so both start from the same heap. The runs vary its layout,
+    which alone moves a figure by a few hundred KiB (the size of argv or the environment
+    shifts every allocation), and the median is of those layouts.
     """
     root = str(Path(__file__).resolve().parents[2])
 
@@ -202,7 +204,7 @@ def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
             check=True,
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            env={**os.environ, "PYTHONHASHSEED": str(seed), "BENCH_PAD": "x" * (seed * 509 % 4096)},
         ).stdout.split()
         return [int(word) for word in out]
 
@@ -281,7 +283,7 @@ def main() -> None:
 
         print(
             f"\npeak memory, KiB, ours vs pyulog (ratio), medians of {args.memory_runs} fresh "
-            f"processes each (PYTHONHASHSEED=1..{args.memory_runs}):"
+            f"processes each (hash seeds 1..{args.memory_runs}, environments of different sizes):"
         )
         measured = [(path, path.name) for path in files if path.name in MODERN] + larges
         for path, label in measured:
