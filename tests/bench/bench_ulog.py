@@ -190,15 +190,15 @@ def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
     Each run is a fresh process that imports numpy, pyulog and ulogstream, notes VmHWM, reads
     the file and notes VmHWM again (VmHWM is per address space, so unlike ru_maxrss it does
     not inherit this process's peak); other processes give tracemalloc's peak. Run ``i`` of
-    both readers has hash seed ``i``, an environment ``509 * i % 4096`` bytes larger and
-    argv of the same size, so both start from the same heap. The runs vary its layout,
-    which alone moves a figure by a few hundred KiB (the size of argv or the environment
-    shifts every allocation), and the median is of those layouts.
+    both readers has hash seed ``i`` and environment and argv padded by the same ``i``-given
+    sizes, so both start from the same heap. The runs vary its layout, which alone moves a
+    figure by a few hundred KiB on a 3 MB log and up to 1 MiB on the large files (the sizes
+    of argv and the environment shift every allocation); the median is of those layouts.
     """
     root = str(Path(__file__).resolve().parents[2])
 
     def child(seed: int, *, traced: bool) -> list[int]:
-        argv = [READERS[reader], str(path), root, "1" if traced else "0"]
+        argv = [READERS[reader], str(path), root, "1" if traced else "0", "x" * (seed * 331 % 2048)]
         out = subprocess.run(
             [sys.executable, "-c", _PEAK_SCRIPT, *argv],
             check=True,
