@@ -6,9 +6,10 @@ Prints, on the same files in one run: whole-file read throughput (MB/s, data row
 ulogstream and pyulog on every sample in ../shared/data/ulg, with aggregates for the old logs
 (few, large messages) and the modern ones (PX4 v1.15/v1.17: ~100 topic instances, ~60 bytes
 per message), and on two generated large files (the data section of an old and of a modern
-sample repeated with shifted timestamps): speed, peak memory (VmHWM of a fresh subprocess)
-next to the size of the rows (the floor for both readers); then the cost of one 'P' message
-and incremental throughput fed 249-byte chunks.
+sample repeated with shifted timestamps); then peak memory of both readers on the modern
+logs and the large files in fresh processes (VmHWM over the imports, VmHWM itself and
+tracemalloc's peak) next to the size of the rows, the floor for both; then the cost of one
+'P' message and incremental throughput fed 249-byte chunks.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ import argparse
 import contextlib
 import io
 import math
+import os
+import statistics
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -144,7 +148,7 @@ def build_large(source: Path, target: Path, min_bytes: int) -> None:
 
 _PEAK_SCRIPT = """
 import contextlib, io, sys, tracemalloc
-mode, path, root, traced = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+reader, path, root, traced = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 sys.path.insert(0, root)
 import numpy
 from pyulog import ULog
@@ -157,28 +161,74 @@ def hwm():
 base = hwm()
 if traced:
     tracemalloc.start()
-if mode == "ulogstream":
+if reader == "u":
     result = read(path)
 else:
     with contextlib.redirect_stdout(io.StringIO()):
         result = ULog(path)
 print(base, hwm(), tracemalloc.get_traced_memory()[1] // 1024 if traced else 0)
 """
+READERS = {"ulogstream": "u", "pyulog": "p"}
+"""One letter each: both children get the same argv and environment, so the same heap."""
 
 
-def peak_memory(mode: str, path: Path, *, traced: bool) -> tuple[int, int, int]:
-    """(VmHWM after imports, VmHWM at the end, tracemalloc peak) in KiB, in a fresh process.
+@dataclass(frozen=True)
+class PeakMemory:
+    """Peak memory of reading one file whole, in KiB (medians over fresh processes)."""
 
-    VmHWM is per address space, so unlike ru_maxrss it does not inherit this process's peak.
+    rss_over_imports: int
+    """VmHWM at the end minus VmHWM after the imports (both readers are imported)."""
+    rss: int
+    """VmHWM at the end: the same imports in both processes, so directly comparable."""
+    traced: int
+    """tracemalloc's peak while reading (in other processes: tracing costs memory too)."""
+
+
+def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
+    """Peak memory of ``reader`` ('ulogstream' or 'pyulog') reading ``path`` whole.
+
+    Each run is a fresh process that imports numpy, pyulog and ulogstream, notes VmHWM, reads
+    the file and notes VmHWM again (VmHWM is per address space, so unlike ru_maxrss it does
+    not inherit this process's peak); other processes give tracemalloc's peak. Run ``i`` of
+    both readers has hash seed ``i`` and environment and argv padded by the same ``i``-given
+    sizes, so both start from the same heap. The runs vary its layout, which alone moves a
+    figure by a few hundred KiB on a 3 MB log and up to 1 MiB on the large files (the sizes
+    of argv and the environment shift every allocation); the median is of those layouts.
     """
     root = str(Path(__file__).resolve().parents[2])
-    out = subprocess.run(
-        [sys.executable, "-c", _PEAK_SCRIPT, mode, str(path), root, "1" if traced else "0"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    return int(out[0]), int(out[1]), int(out[2])
+
+    def child(seed: int, *, traced: bool) -> list[int]:
+        argv = [READERS[reader], str(path), root, "1" if traced else "0", "x" * (seed * 331 % 2048)]
+        out = subprocess.run(
+            [sys.executable, "-c", _PEAK_SCRIPT, *argv],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed), "BENCH_PAD": "x" * (seed * 509 % 4096)},
+        ).stdout.split()
+        return [int(word) for word in out]
+
+    plain = [child(seed, traced=False) for seed in range(1, runs + 1)]
+    traced = [child(seed, traced=True)[2] for seed in range(1, runs + 1)]
+    return PeakMemory(
+        int(statistics.median(end - base for base, end, _ in plain)),
+        int(statistics.median(end for _, end, _ in plain)),
+        int(statistics.median(traced)),
+    )
+
+
+def compare_memory(path: Path, label: str, runs: int) -> tuple[PeakMemory, PeakMemory]:
+    """Print one line comparing both readers' peak memory on ``path``; return both."""
+    ours = peak_memory("ulogstream", path, runs)
+    theirs = peak_memory("pyulog", path, runs)
+    rows = sum(topic.data.nbytes for topic in read(path).topics.values()) / 1024
+    print(
+        f"  {label[:40]:40s} rows {rows:8.0f}  RSS over imports {ours.rss_over_imports:6d} vs "
+        f"{theirs.rss_over_imports:6d} ({ours.rss_over_imports / theirs.rss_over_imports:.3f}),"
+        f" peak {ours.rss / theirs.rss:.3f}; tracemalloc {ours.traced:6d} vs {theirs.traced:6d}"
+        f" ({ours.traced / theirs.traced:.3f})"
+    )
+    return ours, theirs
 
 
 def main() -> None:
@@ -186,6 +236,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
     parser.add_argument("--large-mb", type=int, default=40, help="size of the generated files")
+    parser.add_argument(
+        "--memory-runs", type=int, default=5, help="fresh processes per memory figure (median)"
+    )
     args = parser.parse_args()
     files = sorted(SAMPLES.glob("*.ulg"))
     if not files:
@@ -220,11 +273,21 @@ def main() -> None:
         )
 
     with tempfile.TemporaryDirectory() as tmp:
+        larges: list[tuple[Path, str]] = []
         for kind, source in LARGE_SOURCES.items():
             if (SAMPLES / source).exists():
                 large = Path(tmp) / f"large_{kind}.ulg"
                 build_large(SAMPLES / source, large, args.large_mb * 1_000_000)
                 measure_large(large, f"{kind} log {source}", args.repeat)
+                larges.append((large, f"large {kind} ({large.stat().st_size / 1e6:.1f} MB)"))
+
+        print(
+            f"\npeak memory, KiB, ours vs pyulog (ratio), medians of {args.memory_runs} fresh "
+            f"processes each (hash seeds 1..{args.memory_runs}, environments of different sizes):"
+        )
+        measured = [(path, path.name) for path in files if path.name in MODERN] + larges
+        for path, label in measured:
+            compare_memory(path, label, args.memory_runs)
 
         params = Path(tmp) / "params.ulg"
         build_parameters(params, 20_000)
@@ -244,7 +307,7 @@ def main() -> None:
 
 
 def measure_large(large: Path, source: str, repeat: int) -> None:
-    """Speed, peak memory and 249-byte incremental feeding on one generated large file."""
+    """Speed and 249-byte incremental feeding on one generated large file."""
     size = large.stat().st_size
     msgs = count_rows(large)
     ours = best_time(lambda: read(large), repeat)
@@ -254,15 +317,6 @@ def measure_large(large: Path, source: str, repeat: int) -> None:
         f"  read: ours {size / ours / 1e6:.1f} MB/s ({msgs / ours:,.0f} rows/s), "
         f"pyulog {size / theirs / 1e6:.1f} MB/s ({msgs / theirs:,.0f} rows/s), "
         f"speed-up {theirs / ours:.2f}x"
-    )
-    base_ours, peak_ours, _ = peak_memory("ulogstream", large, traced=False)
-    base_py, peak_py, _ = peak_memory("pyulog", large, traced=False)
-    rows_mib = sum(topic.data.nbytes for topic in read(large).topics.values()) / 2**20
-    print(
-        f"  peak RSS (VmHWM): ours {peak_ours / 1024:.1f} MiB "
-        f"(+{(peak_ours - base_ours) / 1024:.2f} over imports), pyulog {peak_py / 1024:.1f} "
-        f"MiB (+{(peak_py - base_py) / 1024:.2f}); ratio {peak_ours / peak_py:.3f}; "
-        f"the rows themselves: {rows_mib:.2f} MiB"
     )
     data = large.read_bytes()
     chunked = best_time(lambda: feed_chunks(data), 1)

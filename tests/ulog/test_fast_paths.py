@@ -9,7 +9,8 @@ import numpy as np
 from ulog.ulog_helpers import normalise, of_type, parse
 
 from ulogstream.ulog.events import Corruption, DataRows, Parameter
-from ulogstream.ulog.parser import ULogParser
+from ulogstream.ulog.parser import _PARAMETER_KEYS, ULogParser
+from ulogstream.ulog.reader import ULogReader
 from ulogstream.ulog.spec import MessageType
 from ulogstream.ulog.writer import ULogWriter
 
@@ -99,3 +100,18 @@ def test_parser_last_timestamp_follows_single_row_batches() -> None:
         assert batch.timestamps_us.dtype == np.uint64
         assert batch.timestamps_us.tolist() == [stamp]
     assert parser.last_timestamp_us == 70
+
+
+def test_whole_file_reader_leaves_the_parameter_key_cache_alone() -> None:
+    """ULogReader sees each key once: it decodes like the parser but caches no new key."""
+    w = ULogWriter()
+    w.parameter("UNSEEN_F", 0.25)
+    w.parameter("UNSEEN_I", 3)
+    keys = {b"float UNSEEN_F", b"int32_t UNSEEN_I"}
+    reader = ULogReader()
+    reader.feed(w.getvalue(), final=True)
+    assert reader.result().initial_parameters == {"UNSEEN_F": 0.25, "UNSEEN_I": 3}
+    assert not keys & _PARAMETER_KEYS.keys()
+    parameters = of_type(parse(w.getvalue()), Parameter)  # the incremental parser does
+    assert parameters == [Parameter("UNSEEN_F", 0.25, None), Parameter("UNSEEN_I", 3, None)]
+    assert keys <= _PARAMETER_KEYS.keys()

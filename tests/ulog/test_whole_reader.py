@@ -115,6 +115,28 @@ def test_generated_log_with_every_timestamp_type() -> None:
         assert_same(fold(data, block_size), reference)
 
 
+def test_values_in_data_are_stamped_with_the_largest_timestamp_before_them() -> None:
+    """Rows out of time order around changed parameters: each gets the maximum so far."""
+    w = ULogWriter(timestamp_us=500)
+    w.format("a:uint64_t timestamp;float x;")
+    w.format("b:uint64_t timestamp;uint8_t y;")
+    a = w.add_logged_message("a")
+    b = w.add_logged_message("b")
+    stamps = [1000, 9000, 2000, 3000, 12000, 4000, 5000, 6000]
+    for i, stamp in enumerate(stamps):
+        w.data(a, struct.pack("<Qf", stamp, i))
+        w.data(b, struct.pack("<QB", stamp // 2, i))
+        w.parameter("P_CHANGE", i)
+        w.dropout(i)
+    data = w.getvalue()
+    reference = fold(data, 1 << 22, gather=False)
+    stamped = [p.timestamp_us for p in reference.changed_parameters]
+    assert stamped == [1000, 9000, 9000, 9000, 12000, 12000, 12000, 12000]
+    assert [d.timestamp_us for d in reference.dropouts] == stamped
+    for block_size in (*BLOCK_SIZES, 1 << 16):
+        assert_same(fold(data, block_size), reference)
+
+
 def test_sample_log_reads_as_the_parser_reads_it() -> None:
     data = sample_log(rows=5)
     reference = fold(data, 1 << 22, gather=False)

@@ -234,6 +234,11 @@ class ULogParser:
             before it.
         rows: Which rows of each subscription to decode (see :class:`RowSelection`); every
             row by default.
+        remember_keys: Add the keys of 'P' messages to the process-wide cache that decodes
+            a key seen before faster (the default: logs of one firmware repeat them). False
+            for a one-off read of a whole file, which sees each key once: the cache would
+            only hold memory (about 150 bytes per parameter). Keys already cached are used
+            either way.
     """
 
     def __init__(
@@ -242,12 +247,14 @@ class ULogParser:
         max_buffered: int = DEFAULT_MAX_BUFFERED,
         ordered: bool = True,
         rows: RowSelector | None = None,
+        remember_keys: bool = True,
     ) -> None:
         if max_buffered < MIN_MAX_BUFFERED:
             msg = f"max_buffered must be at least {MIN_MAX_BUFFERED} bytes, not {max_buffered}"
             raise ValueError(msg)
         self._max_buffered = max_buffered
         self._ordered = ordered
+        self._remember_keys = remember_keys
         self._select_rows = _all_rows if rows is None else rows
         self._counts: list[TopicCount] = []
         self.decoded_rows = 0
@@ -815,7 +822,7 @@ class ULogParser:
                 name = known[0]
                 (number,) = known[2](payload, key_end)
             else:
-                name, number = _parameter(payload)
+                name, number = _parameter(payload, remember=self._remember_keys)
             # Parameter(...) without the frozen dataclass __init__, as for DataRows in _flush
             parameter = _new_parameter(Parameter)
             _set_parameter_name(parameter, name)
@@ -1040,12 +1047,12 @@ def _value_kind(type_name: str) -> tuple[str, int, bool] | None:
     return base, TYPE_SIZES[base], match.group(2) is not None
 
 
-def _parameter(payload: bytes) -> tuple[str, int | float]:
-    """Decode a 'P' payload: (name, value); remember its key when the value is a scalar."""
+def _parameter(payload: bytes, *, remember: bool) -> tuple[str, int | float]:
+    """Decode a 'P' payload: (name, value); cache a scalar's key if ``remember``."""
     key_type, key, value = _key_value(payload, 0)
     number = _number(value)
     kind = _VALUE_KINDS.get(key_type)
-    if kind is not None and not kind[2] and len(_PARAMETER_KEYS) < MAX_FORMATS:
+    if remember and kind is not None and not kind[2] and len(_PARAMETER_KEYS) < MAX_FORMATS:
         _PARAMETER_KEYS[payload[1 : 1 + payload[0]]] = (key, kind[1], _SCALAR_UNPACK_FROM[kind[0]])
     return key, number
 

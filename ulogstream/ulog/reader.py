@@ -10,7 +10,6 @@ from __future__ import annotations
 import array
 import bisect
 import dataclasses
-import mmap
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -52,16 +51,13 @@ if TYPE_CHECKING:
 BLOCK_SIZE: Final = 1 << 17
 """Bytes per :meth:`ULogReader.feed` call that :func:`~ulogstream.adapters.ulog_file.read`
 uses: large enough that the per-topic work of a block is small next to its rows (4x the
-block costs 20% less time), small enough that the block and its row offsets keep the peak
-memory level with pyulog's (``tests/bench/bench_ulog.py``)."""
+block costs 20% less time), small enough that the block and its row offsets add little to
+the peak memory (``tests/bench/bench_ulog.py``)."""
 
-_SMALL_ROOM: Final = 1 << 15
-"""Rows of a topic instance kept in a heap array up to this many bytes, then in a memory map
-(whose last page is only partly used)."""
-_NO_BYTES: Final[npt.NDArray[np.uint8]] = np.zeros(0, np.uint8)
-_GATHER_BYTES: Final = 1 << 16
-"""Rows copied out per numpy call: the transient copy stays small (below glibc's mmap
-threshold, so it is reused rather than raising the peak)."""
+_GATHER_BYTES: Final = 1 << 12
+"""Rows copied out per numpy call: the transient copy is one heap page, reused rather than
+raising the peak (tracemalloc's peak on the v1.17 logs: 16 KiB steps +20-120 KiB, 2 KiB
+steps no lower RSS and 3% slower)."""
 _PARSER_STEP: Final = 4096
 """Bytes handed to the parser at a time while it resynchronises."""
 _D: Final = int(MessageType.DATA)
@@ -76,8 +72,6 @@ _ID_AT: Final = {_A: 4, _R: 3}
 _ID_END: Final = {_A: 3, _R: 2}
 """Smallest payload holding that msg_id."""
 _STAMPED: Final = frozenset({Parameter, Info, InfoMultiple, Dropout})
-_NO_OFFSETS: Final[npt.NDArray[np.intp]] = np.zeros(0, np.intp)
-_NO_STAMPS: Final[npt.NDArray[np.uint64]] = np.zeros(0, np.uint64)
 _unpack_data_header: Callable[[memoryview, int], tuple[int, int, int]] = struct.Struct(
     "<HBH"
 ).unpack_from
@@ -163,19 +157,20 @@ class ULogReader:
     the parser did not see added back in, and offsets in its reports are mapped back to file
     offsets. A log with appended data ('B' incompat flag) goes through the parser whole.
 
-    Memory: the rows themselves, plus the row offsets of one block.
+    Memory: the rows themselves (each topic instance's in one ``bytearray`` the result views),
+    plus the block and its row offsets (8 bytes each, in an ``array``, not int objects).
 
     Args:
         gather: False hands every byte to the parser (the reference that tests compare with).
     """
 
     def __init__(self, *, gather: bool = True) -> None:
-        self._parser = ULogParser(ordered=False)
+        self._parser = ULogParser(ordered=False, remember_keys=False)
         self._collector = _Collector()
         self._sizes: list[int] = []
         """``2 + wire size`` of each msg_id whose rows this reader gathers itself, else -1
         (up to the largest msg_id subscribed)."""
-        self._offsets: list[list[int] | None] = []
+        self._offsets: list[array.array[int] | None] = []
         """Block offsets of the gathered 'D' messages of each msg_id, not yet copied out."""
         self._lanes: dict[int, _Lane] = {}
         self._synced: dict[int, Subscription] = {}
@@ -193,9 +188,9 @@ class ULogReader:
         """Everything goes to the parser (a log with appended data)."""
         self._deferred: list[Parameter | Info | InfoMultiple | Dropout] = []
         """Events stamped with the last data timestamp, held until their block's rows are in."""
-        self._cutoffs = _NO_OFFSETS
+        self._cutoffs: list[int] = []
         """File offset of the bytes each deferred event came from (ascending)."""
-        self._bases = _NO_STAMPS
+        self._bases: list[int] = []
         """The largest timestamp logged before each deferred event, known so far."""
         self._gathered_max = 0
         """The largest timestamp of the rows gathered (copied out) so far."""
@@ -374,8 +369,8 @@ class ULogReader:
             elif kind in _STAMPED and event.timestamp_us is not None:  # type: ignore[union-attr]
                 # the rows gathered so far all precede ``cutoff``; the rest are seen in _gather
                 self._deferred.append(event)  # type: ignore[arg-type]
-                self._cutoffs = np.append(self._cutoffs, cutoff)
-                self._bases = np.append(self._bases, np.uint64(self._gathered_max))
+                self._cutoffs.append(cutoff)
+                self._bases.append(self._gathered_max)
             elif isinstance(event, ParserWarning):  # its text may name the offset too
                 mapped = self._file_offset(event.offset)
                 text = event.text.replace(f"(at byte {event.offset})", f"(at byte {mapped})")
@@ -417,7 +412,7 @@ class ULogReader:
         stamp = compiled.timestamp
         if compiled.dtype != subscription.dtype or (stamp is not None and stamp.modulus):
             return  # left to the parser (wrapping timestamps need its running state)
-        lane = _Lane(msg_id, builder, [], None if stamp is None else stamp.offset)
+        lane = _Lane(msg_id, builder, array.array("q"), None if stamp is None else stamp.offset)
         self._lanes[msg_id] = lane
         builder.lanes.append(lane)
         self._sizes[msg_id] = compiled.size - compiled.trailing_padding + 2
@@ -429,35 +424,48 @@ class ULogReader:
         count = len(offsets)
         if not count:
             return
-        at = np.fromiter(offsets, np.intp, count)
-        offsets.clear()
-        at += 5  # the payload, after the header and msg_id
+        at: npt.NDArray[np.int64] = np.frombuffer(offsets, np.int64)
         builder = lane.builder
-        size = builder.dtype.itemsize
-        # every ``size`` bytes of the block, overlapping: one take() copies the rows out
+        size = builder.size
+        # the ``size`` bytes after each offset's header and msg_id, overlapping: indexing
+        # this copies the rows out
         spans: npt.NDArray[np.void] = np.ndarray(
-            (len(block) - size + 1,), builder.void, block, 0, (1,)
+            (len(block) - size - 4,), builder.void, block, 5, (1,)
         )
-        room = builder.room(count)
+        rows = builder.rows
+        start = len(rows)
         step = max(1, _GATHER_BYTES // size)
         for first in range(0, count, step):  # a small transient per step
-            room[first : first + step] = spans[at[first : first + step]]
+            rows.extend(spans[at[first : first + step]])
         timestamps: npt.NDArray[np.uint64]
         if lane.timestamp_offset is None:
             timestamps = np.zeros(count, np.uint64)
-        else:
-            timestamps = np.ndarray((count,), "<u8", room, lane.timestamp_offset, (size,))
-        del room  # the rows' map can only grow with no view of it left (nor of timestamps)
+        else:  # a view: ``rows`` cannot grow until it is dropped, at the end of this call
+            timestamps = np.ndarray((count,), "<u8", rows, start + lane.timestamp_offset, (size,))
         if not builder.view_timestamp:
             timestamps = np.array(timestamps)
             builder.timestamps.append(timestamps)
-        deferred = self._deferred
-        if deferred and self._cutoffs[-1] > at[0] - 5 + self._base:  # rows before a stamp
-            before = np.searchsorted(at, self._cutoffs - self._base + 5)
-            running = np.maximum.accumulate(timestamps)
-            tops = np.where(before > 0, running[np.maximum(before - 1, 0)], 0)
-            np.maximum(self._bases, tops, out=self._bases)
+        if self._deferred and self._cutoffs[-1] > offsets[0] + self._base:  # rows before a stamp
+            self._raise_bases(offsets, timestamps)
+        del at  # ``offsets`` can only shrink with no view of it left
+        del offsets[:]
         self._gathered_max = max(self._gathered_max, int(timestamps.max()))
+
+    def _raise_bases(self, offsets: array.array[int], timestamps: npt.NDArray[np.uint64]) -> None:
+        """Raise each deferred event's base to the largest timestamp of the rows before it.
+
+        ``offsets``: the block offsets of the rows just gathered, ``timestamps`` theirs. Few
+        events fall between rows (parameters changed in flight, dropouts): a slice's maximum
+        per event costs less than a running maximum of every row.
+        """
+        bases = self._bases
+        top, done = 0, 0
+        for i, cutoff in enumerate(self._cutoffs):
+            before = bisect.bisect_left(offsets, cutoff - self._base)
+            if before > done:
+                top = max(top, int(timestamps[done:before].max()))
+                done = before
+            bases[i] = max(bases[i], top)
 
     def _end_block(self, block: memoryview, used: int, *, final: bool) -> int:
         """Copy out the block's rows and settle the deferred stamps; return ``used``."""
@@ -470,13 +478,13 @@ class ULogReader:
 
     def _settle(self) -> None:
         """Add the deferred events, each stamped with the largest timestamp logged before it."""
-        for event, base in zip(self._deferred, self._bases.tolist(), strict=True):
+        for event, base in zip(self._deferred, self._bases, strict=True):
             if event.timestamp_us is not None and base > event.timestamp_us:
                 event = dataclasses.replace(event, timestamp_us=base)  # noqa: PLW2901
             self._collector.add(event)
         self._deferred.clear()
-        self._cutoffs = _NO_OFFSETS
-        self._bases = _NO_STAMPS
+        self._cutoffs.clear()
+        self._bases.clear()
 
 
 @dataclass(slots=True)
@@ -485,32 +493,31 @@ class _Lane:
 
     msg_id: int
     builder: _TopicBuilder
-    offsets: list[int]
+    offsets: array.array[int]
     timestamp_offset: int | None
     """Where the row's 64-bit timestamp is (None: the format has none, timestamps are 0)."""
 
 
 class _TopicBuilder:
-    """Rows of one topic instance, appended to one anonymous memory map that grows in place.
+    """Rows of one topic instance, appended to one ``bytearray`` that the array views at the end.
 
     Rows are kept without the bytes after their last field (trailing padding, which PX4 does
-    not log either). The map doubles when full: the kernel remaps its pages instead of
-    copying them (mremap), and pages not yet written take no memory, so a whole log takes
-    little more memory than its rows (a growing buffer would hold up to an eighth more, and a
-    copy on growth twice the instance). At the end the map is cut to the rows and viewed as
-    the instance's array.
+    not log either). The buffer grows in place through ``realloc``: small instances share the
+    heap's free pages with everything else, large ones are remapped by the kernel (mremap)
+    instead of copied, and the room it reserves ahead takes no memory until written. At the
+    end the array is a view of the buffer, so a whole log takes little more memory than its
+    rows.
     """
 
     __slots__ = (
-        "count",
-        "dtype",
+        "full",
         "lanes",
-        "map",
         "msg_ids",
         "multi_id",
         "name",
         "row_size",
-        "small",
+        "rows",
+        "size",
         "timestamps",
         "view_timestamp",
         "void",
@@ -520,61 +527,37 @@ class _TopicBuilder:
         self.name = subscription.name
         self.multi_id = subscription.multi_id
         self.msg_ids = [subscription.msg_id]
-        self.dtype = _compact(subscription.dtype)
-        self.row_size = subscription.dtype.itemsize
-        self.void: np.dtype[np.void] = np.dtype((np.void, self.dtype.itemsize))
-        self.small: npt.NDArray[np.uint8] = _NO_BYTES
-        """The rows while they take at most :data:`_SMALL_ROOM` bytes."""
-        self.map: mmap.mmap | None = None
-        """Room for the rows; the first ``count`` rows of :attr:`dtype`'s itemsize are rows."""
-        self.count = 0
+        self.full = subscription.dtype
+        """:attr:`Subscription.dtype`; :meth:`build` cuts it to the rows (see :func:`_compact`)
+        only at the end, when the block that set the peak memory is gone."""
+        self.row_size = self.full.itemsize
+        self.size = _compact_size(self.full)
+        """Bytes per row kept: up to the end of the last field."""
+        self.void: np.dtype[np.void] = np.dtype((np.void, self.size))
+        self.rows = bytearray()
+        """The rows so far; it can only grow while no array views it."""
         self.timestamps: list[npt.NDArray[np.uint64]] = []
         self.lanes: list[_Lane] = []
         """The msg_ids whose rows :class:`ULogReader` gathers into this instance itself."""
-        fields = self.dtype.fields
+        fields = self.full.fields
         spec = None if fields is None else fields.get(TIMESTAMP_FIELD)
         self.view_timestamp = spec is not None and spec[0] == np.dtype("<u8")
 
-    def room(self, count: int) -> npt.NDArray[np.void]:
-        """The next ``count`` rows, as ``void`` of :attr:`dtype`'s itemsize, to be written.
-
-        Drop the array at once: the map can only grow with no view of it left.
-        """
-        size = self.dtype.itemsize
-        start = self.count * size
-        end = start + count * size
-        self.count += count
-        if self.map is None:
-            if end <= _SMALL_ROOM:  # a few rows share the heap's pages with other things
-                small = self.small
-                if end > len(small):
-                    self.small = np.empty(max(end, 2 * len(small)), np.uint8)
-                    self.small[: len(small)] = small
-                return self.small[start:end].view(self.void)
-            self.map = mmap.mmap(-1, max(end, 2 * _SMALL_ROOM), flags=mmap.MAP_PRIVATE)
-            self.map[:start] = self.small[:start].tobytes()
-            self.small = _NO_BYTES
-        elif end > len(self.map):
-            self.map.resize(max(end, 2 * len(self.map)))
-        return np.frombuffer(self.map, self.void, count, start)
-
     def add(self, rows: npt.NDArray[np.void], timestamps: npt.NDArray[np.uint64]) -> None:
         """Append a parser batch (full-size rows, of which the first bytes are kept)."""
-        size = self.dtype.itemsize
-        room = self.room(len(rows)).view(np.uint8).reshape(len(rows), size)
-        room[...] = np.ndarray((len(rows), size), np.uint8, rows, 0, (self.row_size, 1))
-        del room
+        size = self.size
+        if size == self.row_size:
+            self.rows.extend(rows)
+        else:
+            self.rows.extend(
+                np.ndarray((len(rows), size), np.uint8, rows, 0, (self.row_size, 1)).copy()
+            )
         if not self.view_timestamp:
             self.timestamps.append(timestamps)
 
-    def build(self) -> TopicData:
-        data: npt.NDArray[np.void]
-        if self.map is None:
-            data = self.small[: self.count * self.dtype.itemsize].copy().view(self.dtype)
-            self.small = _NO_BYTES
-        else:
-            self.map.resize(self.count * self.dtype.itemsize)
-            data = np.frombuffer(self.map, self.dtype)
+    def build(self, dtype: np.dtype[np.void]) -> TopicData:
+        """The instance's rows, viewed as ``dtype`` (:func:`_compact` of :attr:`full`)."""
+        data: npt.NDArray[np.void] = np.frombuffer(self.rows, dtype)
         timestamps: npt.NDArray[np.uint64]
         if self.view_timestamp:
             timestamps = data[TIMESTAMP_FIELD]
@@ -582,18 +565,22 @@ class _TopicBuilder:
             timestamps = np.concatenate(self.timestamps)
         else:
             timestamps = np.zeros(len(data), np.uint64)
-        return TopicData(
-            self.name, self.multi_id, tuple(self.msg_ids), self.dtype, data, timestamps
-        )
+        return TopicData(self.name, self.multi_id, tuple(self.msg_ids), dtype, data, timestamps)
+
+
+def _compact_size(dtype: np.dtype[np.void]) -> int:
+    """Where the last field of ``dtype`` ends."""
+    fields = dtype.fields
+    if not fields:
+        return dtype.itemsize
+    return max(offset + field.itemsize for field, offset, *_ in fields.values())
 
 
 def _compact(dtype: np.dtype[np.void]) -> np.dtype[np.void]:
     """``dtype`` with its itemsize cut to the end of its last field."""
+    end = _compact_size(dtype)
     fields = dtype.fields
-    if not fields:
-        return dtype
-    end = max(offset + field.itemsize for field, offset, *_ in fields.values())
-    if end == dtype.itemsize:
+    if not fields or end == dtype.itemsize:
         return dtype
     names = list(fields)
     compact: np.dtype[np.void] = np.dtype(
@@ -677,7 +664,9 @@ class _Collector:
         if builder is None:
             builder = _TopicBuilder(subscription)
             self.topics[key] = builder
-        elif builder.dtype != _compact(subscription.dtype):
+        elif builder.full != subscription.dtype and _compact(builder.full) != _compact(
+            subscription.dtype
+        ):
             text = (
                 f"{subscription.name!r} instance {subscription.multi_id} re-subscribed with a "
                 f"different format (msg_id {subscription.msg_id}); its rows are left out"
@@ -693,7 +682,13 @@ class _Collector:
         if self.header is None:  # the parser raises before this can happen
             msg = "no ULog file header"
             raise ULogFormatError(msg, offset=0)
-        topics = {key: builder.build() for key, builder in self.topics.items()}
+        compacts: dict[np.dtype[np.void], np.dtype[np.void]] = {}  # one per format
+        topics: dict[tuple[str, int], TopicData] = {}
+        for key, builder in self.topics.items():
+            compact = compacts.get(builder.full)
+            if compact is None:
+                compact = compacts[builder.full] = _compact(builder.full)
+            topics[key] = builder.build(compact)
         return ULogData(
             header=self.header,
             flag_bits=self.flag_bits,
