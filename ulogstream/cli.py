@@ -21,12 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, NoReturn, Protocol, TextIO
 
-import numpy as np
-
 from ulogstream import __version__
 from ulogstream.adapters.connection import parse_connection
 from ulogstream.adapters.sd_notify import Notifier
-from ulogstream.adapters.ulog_file import iter_events
 from ulogstream.config import (
     COMMAND_LINE,
     FOXGLOVE_DEFAULT_PORT,
@@ -41,9 +38,7 @@ from ulogstream.daemon import (
     sink_settings,
     terminal_width,
 )
-from ulogstream.demo import DemoOptions, foxglove_hint, run_demo, summary_lines
 from ulogstream.errors import ConfigError, ULogFormatError, UlogstreamError
-from ulogstream.sim.runner import add_sim_arguments, run_sim, sim_options_from_args
 from ulogstream.ulog.dtypes import compile_format
 from ulogstream.ulog.events import (
     Corruption,
@@ -67,6 +62,7 @@ from ulogstream.ulog.spec import log_level_name
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    import numpy as np
     import numpy.typing as npt
 
 PROG = "ulogstream"
@@ -220,6 +216,8 @@ def summarize(path: Path) -> LogSummary:
         msg = f"cannot read {path}: {err.strerror} (check the path)"
         raise CliError(msg) from err
     summary = LogSummary(path, size)
+    from ulogstream.adapters.ulog_file import iter_events  # noqa: PLC0415 (numpy only where rows are read)
+
     for event in iter_events(path):
         summary.add(event)
     return summary
@@ -266,6 +264,8 @@ def value_text(value: InfoValue) -> str:
     if isinstance(value, bytes):
         return value.hex(" ")
     if isinstance(value, float):
+        import numpy as np  # noqa: PLC0415 (numpy only where rows are read)
+
         return str(np.float32(value)) if np.float32(value) == value else str(value)
     return str(value)
 
@@ -409,6 +409,8 @@ def _run_messages(args: argparse.Namespace) -> int:
     start_us: int | None = None
     shown = 0
     truncated: Truncated | None = None
+    from ulogstream.adapters.ulog_file import iter_events  # noqa: PLC0415 (numpy only where rows are read)
+
     for event in iter_events(path):
         if isinstance(event, FileHeader):
             start_us = event.timestamp_us
@@ -909,11 +911,19 @@ def _run_run(args: argparse.Namespace) -> int:
     return _run_recorder(settings, once=False, status_line=not args.no_status)
 
 
+# The simulator and the demo are imported by their own subcommands only: a recorder's start-up
+# (on a companion computer, and in every whole-process benchmark) does not pay for them.
+
+
 def _configure_sim(parser: argparse.ArgumentParser) -> None:
+    from ulogstream.sim.runner import add_sim_arguments  # noqa: PLC0415 (see above)
+
     add_sim_arguments(parser)
 
 
 def _run_sim(args: argparse.Namespace) -> int:
+    from ulogstream.sim.runner import run_sim, sim_options_from_args  # noqa: PLC0415
+
     options = sim_options_from_args(args)
     _setup_logging("info", terminal=sys.stderr.isatty())
 
@@ -990,6 +1000,8 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _configure_demo(parser: argparse.ArgumentParser) -> None:
+    from ulogstream.demo import DemoOptions  # noqa: PLC0415 (only the demo needs it)
+
     defaults = DemoOptions()
     parser.add_argument("--out", type=Path, default=defaults.out_dir, help="recordings directory")
     parser.add_argument(
@@ -1009,6 +1021,8 @@ def _configure_demo(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    from ulogstream.demo import DemoOptions, foxglove_hint, run_demo, summary_lines  # noqa: PLC0415
+
     if not 0 <= args.loss < 1:
         msg = f"--loss must be in [0, 1), not {args.loss}"
         raise CliError(msg)
@@ -1064,8 +1078,14 @@ SUBCOMMANDS: list[Subcommand] = [
 """Every subcommand, in the order ``--help`` lists them."""
 
 
-def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.ArgumentParser:
-    """The argument parser with one subparser per entry of ``subcommands``."""
+def build_parser(
+    subcommands: Sequence[Subcommand] = SUBCOMMANDS, *, only: str | None = None
+) -> argparse.ArgumentParser:
+    """The argument parser with one subparser per entry of ``subcommands``.
+
+    With ``only`` (a subcommand's name), only that subparser gets its arguments; the others are
+    listed by ``--help`` but not set up, so a command does not import what another one needs.
+    """
     parser = _ArgumentParser(
         prog=PROG,
         description="Live ULog receiver and recorder for PX4, and tools for ULog files.",
@@ -1077,15 +1097,19 @@ def build_parser(subcommands: Sequence[Subcommand] = SUBCOMMANDS) -> argparse.Ar
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in subcommands:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
-        command.configure(sub)
+        if only is None or command.name == only:
+            command.configure(sub)
         sub.set_defaults(run=command.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (``sys.argv[1:]`` when None); return the exit status."""
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    names = {command.name for command in SUBCOMMANDS}
+    chosen = next((word for word in words if not word.startswith("-")), None)
+    parser = build_parser(only=chosen if chosen in names else None)
+    args, extra = parser.parse_known_args(words)
     if args.command is None:
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")

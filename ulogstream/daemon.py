@@ -44,7 +44,6 @@ from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, recalled_sys
 from ulogstream.config import MqttSettings, Settings, link_name, mqtt_password
 from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UlogstreamError
 from ulogstream.mavlink_codec import MavlinkCodec
-from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
 from ulogstream.stream import (
     FramingMismatch,
     Heartbeat,
@@ -65,7 +64,7 @@ from ulogstream.stream import (
     WriteUlog,
 )
 from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1
-from ulogstream.ulog.parser import RowSelection, ULogParser
+from ulogstream.ulog.parser import RowSelection, ULogParser, no_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -74,6 +73,7 @@ if TYPE_CHECKING:
     from ulogstream.adapters.foxglove_sink import FoxgloveSink
     from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
     from ulogstream.adapters.transport import Transport
+    from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
     from ulogstream.ulog.events import Subscription, ULogEvent
 
 logger = logging.getLogger("ulogstream")
@@ -532,7 +532,7 @@ class Pipeline:
         """A parser for a new log: it decodes only rows MQTT or Foxglove can send (none without)."""
         selectors = [o.policy.rows_for for o in (self.publisher, self.foxglove) if o is not None]
         if not selectors:
-            return ULogParser(rows=_no_rows)
+            return ULogParser(rows=no_rows)
         if len(selectors) == 1:
             return ULogParser(rows=selectors[0])
         return ULogParser(rows=partial(_widest_rows, selectors))
@@ -691,11 +691,6 @@ def _widest_rows(
     return widest
 
 
-def _no_rows(_subscription: Subscription) -> RowSelection:
-    """The row selector without a live consumer: every 'D' message is framed and counted only."""
-    return RowSelection.NONE
-
-
 def _drop(_data: bytes) -> None:
     """Where sends go while no link is open."""
 
@@ -736,6 +731,8 @@ def _sys_uuid_note(mqtt: MqttSettings, sys_uuid: str | None) -> str:
 
 def _announce(publisher: Publisher, info: FinishedLogInfo) -> None:
     """Publish ``{root}/{vehicle}/meta/log_finished`` (not retained: an event) for ``info``."""
+    from ulogstream.publish import MqttMessage  # noqa: PLC0415 (numpy: MQTT only)
+
     settings = publisher.policy.settings
     publisher.offer(
         [
@@ -760,6 +757,8 @@ def publish_settings(
         sysid: The autopilot's system id for the vehicle id's ``{sysid}``.
         sys_uuid: The autopilot's ``sys_uuid`` if known, for ``{sys_uuid}``.
     """
+    from ulogstream.publish import PublishSettings  # noqa: PLC0415 (numpy: MQTT only)
+
     return PublishSettings(
         vehicle_id=mqtt.effective_vehicle_id(link=link, sysid=sysid, sys_uuid=sys_uuid),
         root=mqtt.root,
@@ -837,6 +836,8 @@ def build_publisher(
     settings = publish_settings(mqtt, link=link, sysid=sysid, sys_uuid=sys_uuid)
     if vehicle_id is not None:
         settings = replace(settings, vehicle_id=vehicle_id)
+    from ulogstream.publish import PublishPolicy  # noqa: PLC0415 (numpy: MQTT only)
+
     policy = PublishPolicy(settings)
     client_id = mqtt.effective_client_id(policy.settings.vehicle_id, link=link)
     from ulogstream.adapters.mqtt_sink import MqttSink  # noqa: PLC0415 (aiomqtt: MQTT only)
@@ -1116,6 +1117,8 @@ class Recorder:
                 settings = replace(
                     publish_settings(mqtt, link=link, sysid=system_id), vehicle_id=vehicle_id
                 )
+                from ulogstream.publish import PublishPolicy  # noqa: PLC0415 (numpy: MQTT only)
+
                 publisher = Publisher(PublishPolicy(settings), self.publisher.sink)
             logger.info("vehicle sysid %d: vehicle id %r", system_id, vehicle_id)
         where = sink.folder

@@ -280,3 +280,20 @@ async def test_record_once_ends_when_the_device_vanishes_mid_log(
     files = recordings(out)
     assert [path.read_bytes() for path in files] == [flight.streamed]
     assert "incomplete: the stream stopped unannounced; data timeout" in record.stderr()
+
+
+def test_recording_a_log_without_a_live_sink_never_loads_numpy(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    """File only, nothing is decoded, so numpy (~0.1 s of CPU at every start) is never imported."""
+    flight = make_flight(tmp_path, duration_s=2.0, seed=3)
+    daemon, port, out = start_daemon_on_udp(tmp_path, processes)
+    sim_args = ["sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--rate", "usb"]
+    processes.append(Process([*sim_args, "--speed", "max"], tmp_path, name="sim"))
+
+    daemon.wait_for("log finished", timeout=30)
+    with open(f"/proc/{daemon.pid}/maps", encoding="utf-8") as maps:  # noqa: PTH123 (a /proc file)
+        mapped = maps.read()
+    assert "numpy" not in mapped
+    assert daemon.terminate(signal.SIGTERM) == 0
+    assert recordings(out)[0].read_bytes() == flight.data

@@ -37,11 +37,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ulogstream.adapters.flight_review import FlightReviewTarget
 from ulogstream.config import SettingError, UploadSettings, upload_command
 from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UploadRejectedError
 from ulogstream.ulog.events import DefinitionsEnd, Info
-from ulogstream.ulog.parser import ULogParser
+from ulogstream.ulog.parser import ULogParser, no_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -117,7 +116,7 @@ def read_sys_uuid(path: Path) -> str | None:
     Returns:
         The value as text, or None when the header has none or cannot be read.
     """
-    parser = ULogParser()
+    parser = ULogParser(rows=no_rows)  # the header only: no row decoded, numpy not loaded
     try:
         with path.open("rb") as file:
             while chunk := file.read(_HEADER_CHUNK):
@@ -375,9 +374,11 @@ def make_target(settings: UploadSettings) -> UploadTarget | None:
         case "command":
             return None if settings.command is None else CommandTarget(settings)
         case "flight_review":
+            # Each target's code is loaded only by those who upload there.
+            from ulogstream.adapters.flight_review import FlightReviewTarget  # noqa: PLC0415
+
             return FlightReviewTarget(settings.flight_review, timeout_s=settings.timeout_s)
         case "s3":
-            # obstore (a Rust extension) is loaded only by those who upload to S3
             from ulogstream.adapters.s3_upload import S3Target  # noqa: PLC0415
 
             return S3Target(settings.s3)

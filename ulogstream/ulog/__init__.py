@@ -3,6 +3,8 @@
 Files are opened by the shell: :mod:`ulogstream.adapters.ulog_file` (``read``, ``iter_events``).
 """
 
+from typing import TYPE_CHECKING
+
 from ulogstream.ulog.dtypes import (
     CompiledFormat,
     compile_format,
@@ -36,7 +38,26 @@ from ulogstream.ulog.events import (
     Unsubscription,
 )
 from ulogstream.ulog.parser import ULogParser
-from ulogstream.ulog.reader import TopicData, ULogData, ULogReader
+
+if TYPE_CHECKING:
+    from ulogstream.ulog.reader import TopicData, ULogData, ULogReader
+
+_READER_NAMES = frozenset({"TopicData", "ULogData", "ULogReader"})
+
+
+def __getattr__(name: str) -> object:
+    """The whole-file reader's names, imported at their first use.
+
+    The reader needs numpy at import, which a recorder that decodes no row (and the stream
+    package, which imports ``spec``) should not load.
+    """
+    if name in _READER_NAMES:
+        from ulogstream.ulog import reader  # noqa: PLC0415 (see above)
+
+        return getattr(reader, name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
+
 
 __all__ = [
     "CompiledFormat",

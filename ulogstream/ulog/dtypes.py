@@ -1,4 +1,8 @@
-"""'F' format strings to flattened, packed little-endian numpy dtypes (compiled once, cached)."""
+"""'F' format strings to flattened, packed little-endian numpy dtypes (compiled once, cached).
+
+numpy is imported when a dtype is first built, not with this module: a recorder that decodes no
+row (``record`` without MQTT) frames messages with sizes and offsets alone and never loads it.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,7 @@ import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import numpy as np
+from typing import TYPE_CHECKING, TypeAlias
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.ulog.events import FieldDefinition, FormatDefined
@@ -16,6 +18,8 @@ from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    import numpy as np
 
 MAX_ARRAY_LENGTH = 0xFFFF
 """No array in a format can be longer than a message payload."""
@@ -69,21 +73,40 @@ class TimestampField:
     scale: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CompiledFormat:
     """A format compiled for decoding 'D' payloads.
 
     Attributes:
-        dtype: Flattened structured dtype, full struct size, padding fields left out.
+        names: The flattened field names (pyulog's), padding left out.
+        types: Their little-endian numpy type strings.
+        offsets: Their byte offsets in the row.
         size: The full struct size in bytes (``dtype.itemsize``).
         trailing_padding: Bytes of top-level ``_padding`` at the end, which PX4 omits from 'D'.
         timestamp: The top-level ``timestamp`` field, or None when there is no usable one.
     """
 
-    dtype: np.dtype[np.void]
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    offsets: tuple[int, ...]
     size: int
     trailing_padding: int
     timestamp: TimestampField | None
+
+    @functools.cached_property
+    def dtype(self) -> np.dtype[np.void]:
+        """Flattened structured dtype, full struct size, padding fields left out (built once)."""
+        import numpy as np  # noqa: PLC0415 (see the module's docstring)
+
+        dtype: np.dtype[np.void] = np.dtype(
+            {
+                "names": list(self.names),
+                "formats": list(self.types),
+                "offsets": list(self.offsets),
+                "itemsize": self.size,
+            }
+        )
+        return dtype
 
 
 def parse_format(text: str, *, offset: int = 0) -> FormatDefined:
@@ -185,11 +208,9 @@ def _compile(closure: tuple[FormatDefined, ...]) -> CompiledFormat:
         if not field.name.startswith(PADDING_PREFIX):
             break
         trailing += _field_size(field, sizes)
-    dtype: np.dtype[np.void] = np.dtype(
-        {"names": flat.names, "formats": flat.types, "offsets": flat.offsets, "itemsize": size}
-    )
     timestamp = _timestamp_field(root, sizes)
-    return CompiledFormat(dtype, size, trailing, timestamp)
+    names, types, offsets = tuple(flat.names), tuple(flat.types), tuple(flat.offsets)
+    return CompiledFormat(names, types, offsets, size, trailing, timestamp)
 
 
 def nested_dtype(
@@ -212,6 +233,8 @@ def nested_dtype(
         ULogFormatError: A type is undefined, nesting is cyclic or too deep, or the struct is
             larger than a message can carry.
     """
+    import numpy as np  # noqa: PLC0415 (see the module's docstring)
+
     compiled = compile_format(name, formats)  # validates the whole closure first
     names, types, offsets, size = _nested_fields(name, formats)
     if strip_trailing_padding:
@@ -219,13 +242,15 @@ def nested_dtype(
     return np.dtype({"names": names, "formats": types, "offsets": offsets, "itemsize": size})
 
 
-_TypeSpec = str | np.dtype[np.void] | tuple[str | np.dtype[np.void], tuple[int, ...]]
+_TypeSpec: TypeAlias = "str | np.dtype[np.void] | tuple[str | np.dtype[np.void], tuple[int, ...]]"
 
 
 def _nested_fields(
     name: str, formats: Mapping[str, FormatDefined]
 ) -> tuple[list[str], list[_TypeSpec], list[int], int]:
     """Names, numpy types and offsets of the named fields of ``name``, and its full size."""
+    import numpy as np  # noqa: PLC0415 (see the module's docstring)
+
     names: list[str] = []
     types: list[_TypeSpec] = []
     offsets: list[int] = []
@@ -347,6 +372,8 @@ def string_fields(dtype: np.dtype[np.void]) -> tuple[str, ...]:
 
 def decode_row(payload: bytes, dtype: np.dtype[np.void]) -> np.void:
     """Decode one 'D' payload (without its msg_id), zero-padding a missing trailing padding."""
+    import numpy as np  # noqa: PLC0415 (see the module's docstring)
+
     if len(payload) < dtype.itemsize:
         payload = payload.ljust(dtype.itemsize, b"\0")
     row: np.void = np.frombuffer(payload, dtype=dtype, count=1)[0]

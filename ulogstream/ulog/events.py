@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError, dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
     import numpy.typing as npt
 
@@ -87,19 +89,72 @@ class ParameterDefault:
     default_types: int
 
 
-@dataclass(frozen=True, slots=True)
 class Subscription:
     """'A': topic instance ``(name, multi_id)`` now logged under ``msg_id``.
 
     ``dtype`` is the format flattened to named scalar fields (pyulog's names: ``field``,
     ``arr[i]``, ``nested.sub``, ``nested[i].sub``; ``char[N]`` as one ``S{N}`` field), padding
     left out but its room kept, so ``itemsize`` is the full struct size.
+
+    A frozen value like the other events. The parser passes a function that builds the dtype,
+    called at the first read of :attr:`dtype`: a recorder that decodes no row never builds one
+    (nor imports numpy).
     """
+
+    __slots__ = ("_dtype", "msg_id", "multi_id", "name")
+    __match_args__ = ("msg_id", "multi_id", "name", "dtype")
 
     msg_id: int
     multi_id: int
     name: str
-    dtype: np.dtype[np.void]
+    _dtype: np.dtype[np.void] | Callable[[], np.dtype[np.void]]
+
+    def __init__(
+        self,
+        msg_id: int,
+        multi_id: int,
+        name: str,
+        dtype: np.dtype[np.void] | Callable[[], np.dtype[np.void]],
+    ) -> None:
+        for attribute, value in (
+            ("msg_id", msg_id),
+            ("multi_id", multi_id),
+            ("name", name),
+            ("_dtype", dtype),
+        ):
+            object.__setattr__(self, attribute, value)
+
+    @property
+    def dtype(self) -> np.dtype[np.void]:
+        """The flattened dtype (built at the first read when given as a function)."""
+        dtype = self._dtype
+        if callable(dtype):
+            dtype = dtype()
+            object.__setattr__(self, "_dtype", dtype)
+        return dtype
+
+    def __setattr__(self, name: str, value: object) -> None:
+        msg = f"cannot assign to field {name!r}"
+        raise FrozenInstanceError(msg)
+
+    def __delattr__(self, name: str) -> None:
+        msg = f"cannot delete field {name!r}"
+        raise FrozenInstanceError(msg)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Subscription:
+            return NotImplemented
+        mine = (self.msg_id, self.multi_id, self.name)
+        return mine == (other.msg_id, other.multi_id, other.name) and self.dtype == other.dtype
+
+    def __hash__(self) -> int:
+        return hash((self.msg_id, self.multi_id, self.name))
+
+    def __repr__(self) -> str:
+        return (
+            f"Subscription(msg_id={self.msg_id!r}, multi_id={self.multi_id!r}, "
+            f"name={self.name!r}, dtype={self.dtype!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

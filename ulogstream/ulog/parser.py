@@ -18,10 +18,7 @@ import struct
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Final
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Final
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.ulog.dtypes import CompiledFormat, TimestampField, compile_format, parse_format
@@ -62,6 +59,10 @@ from ulogstream.ulog.spec import (
     unpack_file_header,
     unpack_message_header,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 DEFAULT_MAX_BUFFERED: Final = 1 << 20
 """Default bound on the bytes held back between calls (a partial message or a resync window)."""
@@ -157,6 +158,11 @@ def _all_rows(_subscription: Subscription) -> RowSelection:
     return RowSelection.ALL
 
 
+def no_rows(_subscription: Subscription) -> RowSelection:
+    """The :data:`RowSelector` of a reader that wants messages framed and counted, no rows."""
+    return RowSelection.NONE
+
+
 class TopicCount:
     """'D' messages framed for one subscription: how many, and their first and last timestamp.
 
@@ -180,13 +186,21 @@ class _BadMessageError(Exception):
     """A framed message whose content cannot be valid (handled as corruption, never escapes)."""
 
 
+def _dtype_of(compiled: CompiledFormat) -> Callable[[], np.dtype[np.void]]:
+    """A function building ``compiled``'s dtype when a subscriber first reads it."""
+
+    def build() -> np.dtype[np.void]:
+        return compiled.dtype
+
+    return build
+
+
 class _Topic:
     """Decoding state of one subscription (msg_id)."""
 
     __slots__ = (
         "compiled",
         "count",
-        "dtype",
         "last_raw",
         "padding",
         "plain_timestamp",
@@ -208,7 +222,6 @@ class _Topic:
         self.wire = compiled.size - compiled.trailing_padding
         self.padding = bytes(compiled.trailing_padding)
         self.timestamp: TimestampField | None = compiled.timestamp
-        self.dtype = compiled.dtype
         self.plain_timestamp = self.timestamp is not None and self.timestamp.type_name == "uint64_t"
         self.timestamp_offset = 0 if self.timestamp is None else self.timestamp.offset
         self.last_raw: int | None = None
@@ -700,7 +713,6 @@ class ULogParser:
         if not batch:
             return
         topics = self._topics
-        frombuffer = np.frombuffer
         append = events.append
         new_rows = DataRows.__new__
         last = self._last_timestamp
@@ -727,20 +739,24 @@ class ULogParser:
                     last = top
                 if selection is no_row:
                     continue
-                rows = frombuffer(newest + topic.padding, topic.dtype)
+                import numpy as np  # noqa: PLC0415 (not imported until a row is decoded)
+
+                rows = np.frombuffer(newest + topic.padding, topic.compiled.dtype)
                 timestamps = rows[TIMESTAMP_FIELD]
             else:
+                import numpy as np  # noqa: PLC0415 (not imported until a row is decoded)
+
                 if not topic.plain_timestamp:
                     rows, timestamps, top = self._decode(topic, parts)
                 elif number == 1:  # most batches of a live stream
                     raw = parts[0] + topic.padding
-                    rows = frombuffer(raw, topic.dtype)
+                    rows = np.frombuffer(raw, topic.compiled.dtype)
                     timestamps = rows[TIMESTAMP_FIELD]
                     (top,) = _unpack_u64(raw, topic.timestamp_offset)
                 else:
                     if topic.padding:
                         parts.append(b"")  # the last row's padding too
-                    rows = frombuffer(topic.padding.join(parts), topic.dtype)
+                    rows = np.frombuffer(topic.padding.join(parts), topic.compiled.dtype)
                     timestamps = rows[TIMESTAMP_FIELD]
                     # tolist() then max() beats ndarray.max() for the few rows of a live stream
                     top = max(timestamps.tolist()) if number < _FEW_ROWS else int(timestamps.max())
@@ -770,17 +786,21 @@ class ULogParser:
         self, topic: _Topic, parts: list[bytes]
     ) -> tuple[npt.NDArray[np.void], npt.NDArray[np.uint64], int]:
         """(rows, timestamps, largest timestamp) of a topic whose timestamps need work."""
+        import numpy as np  # noqa: PLC0415 (not imported until a row is decoded)
+
         count = len(parts)
         if topic.padding:
             parts.append(b"")
         raw = topic.padding.join(parts)
-        rows: npt.NDArray[np.void] = np.frombuffer(raw, topic.dtype)
+        rows: npt.NDArray[np.void] = np.frombuffer(raw, topic.compiled.dtype)
         timestamps = self._timestamps(topic, raw, count)
         top = max(timestamps.tolist()) if count < _FEW_ROWS else int(timestamps.max())
         return rows, timestamps, top
 
     @staticmethod
     def _timestamps(topic: _Topic, raw: bytes, count: int) -> npt.NDArray[np.uint64]:
+        import numpy as np  # noqa: PLC0415 (not imported until a row is decoded)
+
         stamp = topic.timestamp
         if stamp is None:
             return np.zeros(count, np.uint64)
@@ -796,6 +816,8 @@ class ULogParser:
         topic: _Topic, stamp: TimestampField, raw: bytes, count: int
     ) -> npt.NDArray[np.uint64]:
         """Timestamps of a wrapping type, unrolled with the subscription's running state."""
+        import numpy as np  # noqa: PLC0415 (not imported until a row is decoded)
+
         type_str = "<" + TYPE_STRUCT_CODES[stamp.type_name]
         values = np.ndarray((count,), type_str, raw, stamp.offset, (topic.compiled.size,))
         values = values.astype(np.int64)
@@ -934,7 +956,7 @@ class ULogParser:
         if compiled.timestamp is None:
             text = f"topic {name!r} has no integer 'timestamp' field; its timestamps read as 0"
             events.append(ParserWarning(offset, text))
-        subscription = Subscription(msg_id, multi_id, name, compiled.dtype)
+        subscription = Subscription(msg_id, multi_id, name, _dtype_of(compiled))
         topic = _Topic(subscription, compiled, self._select_rows(subscription))
         self._counts.append(topic.count)
         self._topics[msg_id] = topic
