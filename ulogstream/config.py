@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args, get_origin
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from ulogstream.errors import ConfigError
 from ulogstream.stream.packets import MAV_COMP_ID_LOG
@@ -527,28 +527,51 @@ def parse_s3_endpoint(url: str, key: str = "upload.s3.endpoint_url") -> str:
     Raises:
         SettingError: Not such a URL, or credentials in it.
     """
+    _server_url(
+        url,
+        key,
+        schemes=("http", "https"),
+        credentials="put the keys in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or "
+        "upload.s3.credentials_file",
+        only=" (the bucket is upload.s3.bucket)",
+    )
+    return url.rstrip("/")
+
+
+def _server_url(
+    url: str, key: str, *, schemes: tuple[str, ...], credentials: str, only: str = ""
+) -> tuple[SplitResult, int | None]:
+    """``url`` split and checked as ``SCHEME://HOST[:PORT]`` with a scheme of ``schemes``.
+
+    A user name or password is refused (``credentials`` says where they go instead): a URL is
+    logged and shown.
+
+    Returns:
+        Its parts and its port (None: the scheme's default).
+
+    Raises:
+        SettingError: Anything else in it, or no host (``key`` names the setting).
+    """
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as err:
         raise SettingError(key, f"is not a valid URL ({err}): {url!r}") from None
-    _require(
-        parts.scheme in {"http", "https"}, key, f"must start with http:// or https://, not {url!r}"
-    )
+    prefixes = " or ".join(f"{scheme}://" for scheme in schemes)
+    _require(parts.scheme in schemes, key, f"must start with {prefixes}, not {url!r}")
     _require(
         parts.username is None and parts.password is None,
         key,
-        "must not contain a user name or password; put the keys in AWS_ACCESS_KEY_ID and "
-        "AWS_SECRET_ACCESS_KEY or upload.s3.credentials_file",
+        f"must not contain a user name or password; {credentials}",
     )
     _require(bool(parts.hostname), key, f"has no host name: {url!r}")
     _require(port is None or port >= 1, key, f"has port {port}, which is not from 1 to 65535")
     _require(
         parts.path in {"", "/"} and not parts.query and not parts.fragment,
         key,
-        f"must be only scheme, host and port (the bucket is upload.s3.bucket), not {url!r}",
+        f"must be only scheme, host and port{only}, not {url!r}",
     )
-    return url.rstrip("/")
+    return parts, port
 
 
 UploadTargetName = Literal["command", "flight_review", "s3"]
@@ -852,26 +875,11 @@ def parse_mqtt_url(url: str, *, key: str = "mqtt.url") -> BrokerAddress:
     Raises:
         SettingError: ``url`` is not such a URL (``key`` names the setting).
     """
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as err:
-        raise SettingError(key, f"is not a valid URL ({err}): {url!r}") from None
-    _require(
-        parts.scheme in MQTT_DEFAULT_PORTS, key, f"must start with mqtt:// or mqtts://, not {url!r}"
-    )
-    _require(
-        parts.username is None and parts.password is None,
+    parts, port = _server_url(
+        url,
         key,
-        "must not contain a user name or password; "
-        "use mqtt.username and mqtt.password_file or mqtt.password_env",
-    )
-    _require(bool(parts.hostname), key, f"has no host name: {url!r}")
-    _require(port is None or port >= 1, key, f"has port {port}, which is not from 1 to 65535")
-    _require(
-        parts.path in {"", "/"} and not parts.query and not parts.fragment,
-        key,
-        f"must be only scheme, host and port, not {url!r}",
+        schemes=tuple(MQTT_DEFAULT_PORTS),
+        credentials="use mqtt.username and mqtt.password_file or mqtt.password_env",
     )
     return BrokerAddress(
         host=parts.hostname or "",

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import getpass
 import json
 import os
 import platform
@@ -44,20 +43,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import aiomqtt
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
+sys.path.insert(0, str(ROOT / "tests"))
+
+from bench.bench_live import mosquitto  # noqa: E402
 
 from ulogstream.adapters.ulog_file import read  # noqa: E402
 from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings  # noqa: E402
 from ulogstream.ulog.parser import ULogParser  # noqa: E402
 from ulogstream.ulog.spec import HEADER_SIZE, MESSAGE_HEADER_SIZE, unpack_message_header  # noqa: E402
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 DATA = ROOT.parent / "shared" / "data" / "ulg"
 DEFAULT_LOG = "pyulog__sample_px4_events.ulg"
@@ -120,34 +118,6 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-@contextlib.contextmanager
-def mosquitto(directory: Path) -> Iterator[tuple[int, int]]:
-    """A local anonymous broker with stock limits on a free port: yields (port, pid)."""
-    binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    port = free_port()
-    config = directory / "mosquitto.conf"
-    config.write_text(
-        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-        f"user {getpass.getuser()}\n"
-    )
-    with (directory / "mosquitto.log").open("wb") as log:
-        process = subprocess.Popen([binary, "-c", str(config)], stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield port, process.pid
-    finally:
-        process.kill()
-        process.wait()
 
 
 def cpu_of(pid: int) -> float:
@@ -388,7 +358,10 @@ def main() -> None:
     if shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists():
         print("skipped: mosquitto is not installed (Debian package 'mosquitto')")
         return
-    with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as (port, pid):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        mosquitto(Path(tmp), max_queued_messages=None) as (port, pid),  # stock limits
+    ):
         run = fleet(
             log, vehicles=args.vehicles, speed=args.speed, port=port, broker_pid=pid, work=Path(tmp)
         )

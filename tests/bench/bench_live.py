@@ -120,14 +120,20 @@ def percentiles(values: Sequence[float]) -> str:
 
 
 @contextlib.contextmanager
-def mosquitto(directory: Path) -> Iterator[tuple[int, int]]:
-    """A local anonymous broker on a free port: yields (port, pid)."""
+def mosquitto(
+    directory: Path, *, max_queued_messages: int | None = 100_000
+) -> Iterator[tuple[int, int]]:
+    """A local anonymous broker on a free port: yields (port, pid).
+
+    ``max_queued_messages`` per client (None: mosquitto's stock limit, as a user's broker has).
+    """
     binary = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
     port = free_port()
     config = directory / "mosquitto.conf"
+    queued = "" if max_queued_messages is None else f"max_queued_messages {max_queued_messages}\n"
     config.write_text(
         f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-        f"max_queued_messages 100000\nuser {getpass.getuser()}\n"
+        f"{queued}user {getpass.getuser()}\n"
     )
     with (directory / "mosquitto.log").open("wb") as log:
         process = subprocess.Popen([binary, "-c", str(config)], stdout=log, stderr=log)
