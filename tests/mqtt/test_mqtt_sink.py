@@ -557,6 +557,38 @@ async def test_a_message_no_broker_takes_is_dropped_and_counted_and_the_sink_goe
     assert "t/qos" not in sink._retained  # not re-sent after a reconnect
 
 
+@pytest.mark.asyncio
+async def test_samples_offered_at_once_arrive_whole_and_in_order_around_other_messages(
+    mosquitto: Broker,
+) -> None:
+    """QoS 0 samples go out in bursts straight through paho: the order and the count hold.
+
+    Retained and QoS 1 messages offered in between still go out (through ``publish``).
+    """
+    sink = sink_for(mosquitto, max_outbox=5000)
+    samples = [MqttMessage(f"t/s/{i % 7}", str(i).encode()) for i in range(2000)]
+    others = [
+        MqttMessage("t/meta/status", b"retained", retain=True, qos=1),
+        MqttMessage("t/log", b"an event", qos=1),
+    ]
+    async with subscriber(mosquitto, "t/#") as collector, running(sink.run()):
+        await eventually(lambda: sink.connected, what="connected")
+        for i, message in enumerate(samples):
+            sink.offer(message)
+            if i in {700, 1400}:
+                sink.offer(others[i // 1400])
+        await collector.wait_until(lambda got: len(got) == len(samples) + len(others))
+        async with asyncio.timeout(WAIT):
+            await sink.wait_drained()
+    got = [m.payload for m in collector.messages if m.topic.startswith("t/s/")]
+    assert got == [m.payload for m in samples]
+    assert sorted(m.topic for m in collector.messages if not m.topic.startswith("t/s/")) == [
+        "t/log",
+        "t/meta/status",
+    ]
+    assert (sink.published, sink.dropped) == (len(samples) + len(others), 0)
+
+
 # -- no broker needed ------------------------------------------------------------------------
 
 

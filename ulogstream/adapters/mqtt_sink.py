@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiomqtt
+from paho.mqtt import client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -142,6 +143,21 @@ class TokenBucket:
         """Seconds until a token is there (0: now)."""
         self._refill(now)
         return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
+
+
+BURST = 64
+"""QoS 0 messages handed to paho at once, between two turns of the event loop."""
+
+
+def _paho_of(client: aiomqtt.Client) -> mqtt.Client | None:
+    """The paho client under aiomqtt's (None if this aiomqtt keeps it elsewhere).
+
+    aiomqtt has no public way to queue a QoS 0 message without awaiting it; its paho client is
+    ``_client`` in every 2.x release. Should that change, every message goes through
+    ``publish`` as before, only slower.
+    """
+    paho = getattr(client, "_client", None)
+    return paho if isinstance(paho, mqtt.Client) else None
 
 
 def unique_client_id() -> str:
@@ -423,7 +439,16 @@ class MqttSink:
         return self._resend_bucket.wait(now) if resend else None
 
     async def _drain(self, client: aiomqtt.Client) -> None:
+        paho = _paho_of(client)
         while True:
+            if (
+                paho is not None
+                and self._cap is None
+                and not paho.want_write()
+                and self._publish_burst(paho)
+            ):
+                await asyncio.sleep(0)  # let the loop read the socket and run the others
+                continue
             message = self._next(time.monotonic())
             if not isinstance(message, MqttMessage):
                 if message is None:
@@ -460,6 +485,48 @@ class MqttSink:
             finally:
                 self._busy = False
             self.published += 1
+
+    def _publish_burst(self, paho: mqtt.Client) -> int:
+        """Hand paho up to :data:`BURST` waiting QoS 0 messages in one go, without an await each.
+
+        aiomqtt's ``publish`` is a coroutine that, for a message not written at once, makes an
+        event and a task to wait for paho's ``on_publish``: two or three loop iterations per
+        message. QoS 0 needs no confirmation, so paho gets them directly and writes them when the
+        socket takes them. A burst starts only when paho has nothing left to write, so a slow
+        broker backs up into the bounded outbox (drop-oldest), never into paho's queue. Retained
+        messages, and QoS 1 and 2, go through ``publish`` (they end the burst).
+
+        Returns:
+            How many messages paho took.
+
+        Raises:
+            aiomqtt.MqttCodeError: paho has no connection (the message is requeued).
+        """
+        sent = 0
+        for _ in range(BURST):
+            if self._pending_retained or self._resend:
+                break  # retained messages first, through publish, in _next's order
+            queue = self._priority or self._outbox
+            if not queue or queue[0].qos:
+                break
+            message = queue.popleft()
+            try:
+                info = paho.publish(
+                    message.topic,
+                    message.payload,
+                    qos=0,
+                    retain=False,
+                    properties=self._properties_for(message),
+                )
+            except ValueError as err:  # paho refuses this message (and only this one)
+                self._refuse(message, _describe(err))
+                continue
+            if info.rc != mqtt.MQTT_ERR_SUCCESS:
+                self._requeue(message)
+                raise aiomqtt.MqttCodeError(info.rc, "Could not publish message")
+            self.published += 1
+            sent += 1
+        return sent
 
     def _refuse(self, message: MqttMessage, reason: str) -> None:
         self.unpublishable += 1
