@@ -654,8 +654,9 @@ def deliveries(draw: st.DrawFn, count: int) -> list[tuple[int, float]]:
                 continue
             case "stale":
                 # A late copy of packet 0 can only trail its log closely (stop-and-wait); past
-                # that window an identical packet 0 is a new log (tested on its own).
-                oldest = 0 if index < PACKET0_COPY_WINDOW else 1
+                # that window an identical packet 0 is a new log (tested on its own). The copy
+                # comes after packets 0 to index: the log has taken at most index + 1 of them.
+                oldest = 0 if index + 1 < PACKET0_COPY_WINDOW else 1
                 order += [index, draw(st.integers(oldest, index))]
             case _:
                 pass
