@@ -135,8 +135,8 @@ async def feed(pipeline: Pipeline, datagrams: Sequence[bytes], now: float) -> fl
 
 
 def recordings(directory: Path) -> list[Path]:
-    """The finished logs under ``directory``."""
-    return sorted(directory.glob("*/*.ulg"))
+    """The finished logs under ``directory`` (by date and time: oldest first)."""
+    return sorted(directory.rglob("*.ulg"), key=lambda path: (path.parent.name, path.name))
 
 
 def offered(publisher: Publisher) -> int:
