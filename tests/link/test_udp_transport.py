@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 
@@ -132,3 +133,24 @@ async def test_port_in_use_is_a_clear_link_error() -> None:
 async def test_unresolvable_host_is_a_link_error() -> None:
     with pytest.raises(LinkError, match=r"udpout:no-such-host\.invalid:14556: cannot resolve host"):
         await UdpTransport.connect("no-such-host.invalid", 14556)
+
+
+@pytest.mark.asyncio
+async def test_datagrams_nobody_reads_yet_do_not_keep_the_loop_busy() -> None:
+    """A readable socket whose reader is busy elsewhere must not wake the loop at every turn.
+
+    The transport keeps its descriptor registered between reads; readable while nobody waits,
+    it stops watching until the next wait (which then returns at once with the data).
+    """
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        sender.sendto(b"first", link.local_address)
+        assert await asyncio.wait_for(link.receive(), 5) == b"first"
+        sender.sendto(b"second", link.local_address)  # nobody is in receive() now
+        started = time.process_time()
+        await asyncio.sleep(0.5)
+        busy = time.process_time() - started
+        assert await asyncio.wait_for(link.receive(), 5) == b"second"
+    await link.aclose()
+    # An idle loop sleeps in epoll; one kept awake by the unread socket spins through 0.5 s.
+    assert busy < 0.2, f"the loop used {busy:.2f} CPU s while it had nothing to do"

@@ -53,9 +53,11 @@ class ReadableWaiter:
     The transports read their descriptor directly until it would block, then wait here; this
     costs one event-loop wake-up per burst instead of a protocol callback per chunk.
 
-    The descriptor stays registered with the loop from construction to :meth:`close`: on a slow
-    link (a radio's 32-byte pieces) every read is followed by a wait, and registering and removing
-    the reader for each would cost two ``epoll_ctl`` calls per piece. :meth:`close` must be called
+    The descriptor stays registered with the loop while its reader keeps reading: on a slow link
+    (a radio's 32-byte pieces) every read is followed by a wait, and registering and removing the
+    reader for each would cost two ``epoll_ctl`` calls per piece. When it becomes readable while
+    nobody waits, the registration is dropped (a readable descriptor would wake the loop at every
+    turn until read) and made again by the next :meth:`wait`. :meth:`close` must be called
     before the descriptor is closed. A registration that outlives its descriptor (the loop does
     not notice the close) would be taken for the next descriptor given the same number, a USB
     device plugged in again, which would then never be read.
@@ -69,6 +71,7 @@ class ReadableWaiter:
         self._loop = asyncio.get_running_loop()
         self._waiting: asyncio.Future[None] | None = None
         self._readable = False
+        self._registered = False
         self._closed = False
         # ``fd`` was just opened, so any registration under its number is stale: one left by
         # code that closed its descriptor without removing it. Drop it, or add_reader would only
@@ -78,11 +81,16 @@ class ReadableWaiter:
         with contextlib.suppress(OSError):
             self._loop.remove_writer(fd)
         self._loop.add_reader(fd, self._on_readable)
+        self._registered = True
 
     def _on_readable(self) -> None:
         waiting = self._waiting
         if waiting is None:
-            self._readable = True  # seen while the reader was busy: the next wait returns soon
+            # Readable while nobody waits: the next wait returns at once. Stop watching until
+            # then, or the loop would run this at every turn while the data stays unread.
+            self._readable = True
+            self._loop.remove_reader(self._fd)
+            self._registered = False
         elif not waiting.done():
             waiting.set_result(None)
 
@@ -97,6 +105,9 @@ class ReadableWaiter:
             self._readable = False
             await asyncio.sleep(0)
             return
+        if not self._registered:
+            self._loop.add_reader(self._fd, self._on_readable)
+            self._registered = True
         readable = self._loop.create_future()
         self._waiting = readable
         try:
@@ -110,5 +121,6 @@ class ReadableWaiter:
             return
         self._closed = True
         self._loop.remove_reader(self._fd)
+        self._registered = False
         if self._waiting is not None and not self._waiting.done():
             self._waiting.set_result(None)
