@@ -52,7 +52,7 @@ from ulogstream.adapters.udp_transport import UdpTransport  # noqa: E402
 from ulogstream.publish import PublishPolicy, PublishSettings  # noqa: E402
 from ulogstream.sim.runner import run_vehicle  # noqa: E402
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig  # noqa: E402
-from ulogstream.ulog.parser import RowSelection, RowSelector, ULogParser  # noqa: E402
+from ulogstream.ulog.parser import RowSelection, RowSelector, ULogParser, no_rows  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "ulg"
 DEFAULT_LOGS = (
@@ -67,10 +67,6 @@ SCRIPT = Path(__file__).with_name("px4_script.py")
 
 
 # -- the decode path alone (in this process) ----------------------------------------------------
-
-
-def _no_rows(_subscription: object) -> RowSelection:
-    return RowSelection.NONE
 
 
 def _all_rows(_subscription: object) -> RowSelection:
@@ -100,7 +96,7 @@ def decode_path(log: Path) -> None:
     data = log.read_bytes()
     figures = [
         ("record-only, every row decoded per datagram (249 B)", 249, _all_rows, None),
-        ("record-only, framing only, 16 KB at a time", 16384, _no_rows, None),
+        ("record-only, framing only, 16 KB at a time", 16384, no_rows, None),
         ("MQTT 10 Hz, every row decoded (1.1 KB = 5 ms at SITL)", 1100, _all_rows, 10.0),
         ("MQTT 10 Hz, only the rows it can publish (1.1 KB)", 1100, None, 10.0),
     ]

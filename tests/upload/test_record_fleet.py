@@ -54,6 +54,24 @@ def fly(tmp_path: Path, flight: Path, port: int, name: str = "sim", *extra: str)
     )
 
 
+async def fly_to_the_end(
+    recorder: Process,
+    tmp_path: Path,
+    flight: Path,
+    port: int,
+    processes: list[Process],
+    *,
+    name: str = "sim",
+) -> None:
+    """Once ``recorder`` listens, fly ``flight`` to it; both exit 0 (``record --once``)."""
+    processes.append(recorder)
+    await recorder.await_line("listening on")
+    sim = fly(tmp_path, flight, port, name)
+    processes.append(sim)
+    assert await recorder.await_exit(limit=60) == 0
+    assert await sim.await_exit() == 0
+
+
 @pytest.mark.asyncio
 async def test_a_finished_log_is_announced_and_uploaded_by_the_command(
     tmp_path: Path, mosquitto: Broker, processes: list[Process]
@@ -70,12 +88,7 @@ async def test_a_finished_log_is_announced_and_uploaded_by_the_command(
             tmp_path, port, out, mosquitto, "--vehicle-id", "uav7", "--set",
             f"upload.command={command}",
         )  # fmt: skip
-        processes.append(recorder)
-        await recorder.await_line("listening on")
-        sim = fly(tmp_path, flight.path, port)
-        processes.append(sim)
-        assert await recorder.await_exit(limit=60) == 0
-        assert await sim.await_exit() == 0
+        await fly_to_the_end(recorder, tmp_path, flight.path, port, processes)
 
         def announced() -> list[dict[str, object]]:
             topic = "ulogstream/uav7/meta/log_finished"
@@ -173,12 +186,7 @@ async def test_a_sys_uuid_vehicle_id_is_learnt_from_a_log_and_used_from_the_next
             recorder = record(
                 tmp_path, port, out, mosquitto, "--vehicle-id", "px4-{sys_uuid}", name=f"r{run}"
             )
-            processes.append(recorder)
-            await recorder.await_line("listening on")
-            sim = fly(tmp_path, flight.path, port, f"sim{run}")
-            processes.append(sim)
-            assert await recorder.await_exit(limit=60) == 0
-            assert await sim.await_exit() == 0
+            await fly_to_the_end(recorder, tmp_path, flight.path, port, processes, name=f"sim{run}")
             stderr.append(recorder.stderr())
         first, second = stderr
         await eventually(
@@ -209,12 +217,7 @@ async def test_record_keeps_under_the_message_cap_and_counts_what_it_dropped(
             tmp_path, port, out, mosquitto, "--vehicle-id", "capped", "--mqtt-rate", "0",
             "--set", f"mqtt.max_messages_per_s={cap}",
         )  # fmt: skip
-        processes.append(recorder)
-        await recorder.await_line("listening on")
-        sim = fly(tmp_path, flight.path, port)
-        processes.append(sim)
-        assert await recorder.await_exit(limit=60) == 0
-        assert await sim.await_exit() == 0
+        await fly_to_the_end(recorder, tmp_path, flight.path, port, processes)
 
         def final_status() -> dict[str, object] | None:
             statuses = [m for m in got if m.topic == "ulogstream/capped/meta/status"]
