@@ -21,6 +21,7 @@ from daemon.support import (
     assert_valid_ulog,
     daemon_config,
     make_flight,
+    messages_of,
     partial_files,
     recordings,
     start_vehicle,
@@ -193,11 +194,26 @@ async def test_serial_device_that_vanishes_and_returns(
     assert_clean_run(daemon)
 
 
-def recording_has_data(out: Path) -> bool:
-    """Whether a log being recorded under ``out`` has bytes on disk."""
+def first_data_end(log: bytes) -> int:
+    """The offset in ``log`` where its first data ('D') message ends."""
+    position = 0
+    for message in messages_of(log):
+        position += len(message)
+        if message[2:3] == b"D":
+            return position
+    msg = "the flight has no data message"
+    raise AssertionError(msg)
+
+
+def recording_has_data(out: Path, flight: Flight) -> bool:
+    """Whether a log being recorded under ``out`` holds topic data on disk.
+
+    Bytes alone are not enough: a signal after the definitions only gives a log with no data.
+    """
+    wanted = first_data_end(flight.data)
     for path in partial_files(out):
         with contextlib.suppress(FileNotFoundError):  # renamed meanwhile: the log ended
-            if path.stat().st_size > 0:
+            if path.stat().st_size >= wanted:
                 return True
     return False
 
@@ -212,7 +228,7 @@ def test_signal_mid_log_stops_cleanly(
     sim = Process([*sim_args, "--speed", "4"], tmp_path, name="sim")
     processes.append(sim)
     daemon.wait_for("recording ")
-    wait_until(lambda: recording_has_data(out), what="no data written while streaming")
+    wait_until(lambda: recording_has_data(out, flight), what="no data written while streaming")
     assert daemon.terminate(signum) == 0
     assert sim.wait() == 0  # the simulated PX4 exits after its log was stopped
 
