@@ -7,8 +7,10 @@ import contextlib
 import gc
 import json
 import math
+import operator
 import os
 import signal
+import socket
 import ssl
 import struct
 import sys
@@ -623,3 +625,33 @@ def test_offer_drops_the_oldest_sample_but_keeps_the_newest_retained_per_topic()
     assert [m.payload for m in sink._outbox] == [b"\x02", b"\x03", b"\x04"]
     assert [m.payload for m in sink._pending_retained.values()] == [b"\x04"]
     assert sink.pending == 4
+
+
+@pytest.mark.broker
+@pytest.mark.asyncio
+async def test_a_registration_of_a_socket_closed_meanwhile_is_quiet_and_other_errors_are_not(
+    mosquitto: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # aiomqtt registers paho's socket through call_soon_threadsafe; a broker lost in between
+    # leaves the registration to a closed descriptor, which asyncio would print as an error.
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    sink = sink_for(mosquitto)
+    try:
+        async with running(sink.run()):
+            await eventually(lambda: sink.connected)
+            closed = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            descriptor = closed.fileno()
+            closed.close()
+            loop.call_soon(loop.add_writer, descriptor, lambda: None)
+            loop.call_soon(loop.add_reader, descriptor, lambda: None)
+            loop.call_soon(operator.truediv, 1, 0)  # not a registration: still reported
+            await eventually(lambda: len(seen) == 1)
+            await asyncio.sleep(0.05)
+        assert isinstance(seen[0]["exception"], ZeroDivisionError)
+        assert len(seen) == 1
+        assert "Bad file descriptor" not in caplog.text
+        assert loop.get_exception_handler() is not None  # ours again once the sink stopped
+    finally:
+        loop.set_exception_handler(None)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import secrets
@@ -39,7 +40,10 @@ from ulogstream.errors import ConfigError
 from ulogstream.publish import MqttMessage, valid_topic
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
+
+    _ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, object]], object]
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +168,28 @@ def unique_client_id() -> str:
     """``ulogstream-<host>-<pid>-<random>``: two receivers never take each other's session."""
     host = socket.gethostname().split(".")[0][:16] or "host"
     return f"ulogstream-{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _ignore_closed_socket_registration(previous: _ExceptionHandler | None) -> _ExceptionHandler:
+    """An event loop exception handler that drops aiomqtt's late socket registrations.
+
+    aiomqtt registers paho's socket with the loop through ``call_soon_threadsafe``; when the
+    broker goes away in between, the registration runs on a closed descriptor and asyncio would
+    print its traceback as an error. The lost connection is reported by the sink already.
+    """
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        error = context.get("exception")
+        callback = getattr(context.get("handle"), "_callback", None)
+        late = getattr(callback, "__name__", None) in {"add_reader", "add_writer"}
+        if late and isinstance(error, OSError) and error.errno == errno.EBADF:
+            logger.debug("MQTT socket closed before the loop watched it: %s", error)
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    return handle
 
 
 def _describe(error: BaseException) -> str:
@@ -335,6 +361,15 @@ class MqttSink:
 
     async def run(self) -> None:
         """Connect, publish what is offered, and reconnect with backoff; runs until cancelled."""
+        loop = asyncio.get_running_loop()
+        previous = loop.get_exception_handler()
+        loop.set_exception_handler(_ignore_closed_socket_registration(previous))
+        try:
+            await self._reconnect_forever()
+        finally:
+            loop.set_exception_handler(previous)
+
+    async def _reconnect_forever(self) -> None:
         backoff = self.settings.backoff_initial
         while True:
             self._session_connected = False
