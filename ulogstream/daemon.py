@@ -1271,6 +1271,14 @@ class Recorder:
         codec = self._codec
         # A serial port wakes the loop once a frame can be whole, not for every piece of it.
         wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
+        if isinstance(transport, UdpTransport):  # datagrams handled in the reader callback
+
+            def handle(data: bytes) -> None:
+                route(data, monotonic())
+
+            await transport.pump(handle)
+            msg = f"link {transport.describe()} was closed"
+            raise LinkError(msg)
         while True:
             data = await transport.receive()
             if not data:

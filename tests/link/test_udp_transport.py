@@ -154,3 +154,79 @@ async def test_datagrams_nobody_reads_yet_do_not_keep_the_loop_busy() -> None:
     await link.aclose()
     # An idle loop sleeps in epoll; one kept awake by the unread socket spins through 0.5 s.
     assert busy < 0.2, f"the loop used {busy:.2f} CPU s while it had nothing to do"
+
+
+@pytest.mark.asyncio
+async def test_pump_hands_over_every_datagram_in_order_without_starving_other_tasks() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    received: list[bytes] = []
+    all_received = asyncio.Event()
+    ticks = 0
+
+    def handle(data: bytes) -> None:
+        received.append(data)
+        if len(received) == 300:
+            all_received.set()
+
+    async def other_task() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        sender.bind(("127.0.0.1", 0))
+        sent = [index.to_bytes(2, "little") for index in range(300)]
+        sent[150] = b""  # an empty datagram is a datagram, not the end of the link
+        for datagram in sent:  # all queued in the kernel before the pump reads
+            sender.sendto(datagram, link.local_address)
+        await asyncio.sleep(0.05)
+        ticker = asyncio.create_task(other_task())
+        pump = asyncio.create_task(link.pump(handle))
+        await asyncio.sleep(0)
+        ticks = 0
+        await asyncio.wait_for(all_received.wait(), 5)
+        ticker.cancel()
+        assert link.peer == sender.getsockname()  # udpin follows the sender, as receive() does
+    assert received == sent
+    assert 300 // MAX_BURST <= ticks < 300
+    await link.aclose()
+    async with asyncio.timeout(5):
+        await pump  # ends when the transport is closed
+    assert await link.receive() == b""
+
+
+@pytest.mark.asyncio
+async def test_pump_raises_what_its_handler_raised_and_the_link_can_still_be_read() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    got: list[bytes] = []
+
+    def handle(data: bytes) -> None:
+        if data == b"bad":
+            msg = "handler failed"
+            raise RuntimeError(msg)
+        got.append(data)
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        for datagram in (b"one", b"bad", b"after"):
+            sender.sendto(datagram, link.local_address)
+        async with asyncio.timeout(5):
+            with pytest.raises(RuntimeError, match="handler failed"):
+                await link.pump(handle)
+            assert got == [b"one"]
+            assert await link.receive() == b"after"  # back to waking receive()
+    await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_cancelling_the_pump_leaves_the_socket_to_receive() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    pump = asyncio.create_task(link.pump(lambda _: None))
+    await asyncio.sleep(0.01)
+    pump.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pump
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        sender.sendto(b"later", link.local_address)
+        assert await asyncio.wait_for(link.receive(), 5) == b"later"
+    await link.aclose()

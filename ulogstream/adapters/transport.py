@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 DEFAULT_MAX_WRITE_BUFFER = 1 << 16
 """Bytes a stream transport holds for a slow peer before ``send`` drops data."""
@@ -114,6 +117,41 @@ class ReadableWaiter:
             await readable
         finally:
             self._waiting = None
+
+    async def serve(self, on_readable: Callable[[], None]) -> None:
+        """Run ``on_readable`` from the loop each time ``fd`` is readable, until :meth:`close`.
+
+        The callback reads the descriptor itself, so no task wakes per chunk: one loop turn per
+        wake-up instead of two (the callback, then the waiting task). It must read only a bounded
+        amount per call; the loop calls it again at its next turn while data is left.
+
+        Raises:
+            Exception: What ``on_readable`` raised; the descriptor is no longer watched then.
+        """
+        if self._closed:
+            return
+        loop = self._loop
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def run() -> None:
+            try:
+                on_readable()
+            except Exception as err:  # noqa: BLE001 (raised again by the awaiting task)
+                loop.remove_reader(self._fd)
+                self._registered = False
+                if not ended.done():
+                    ended.set_exception(err)
+
+        loop.add_reader(self._fd, run)
+        self._registered = True
+        self._waiting = ended  # close() ends it
+        try:
+            await ended
+        finally:
+            self._waiting = None
+            if not self._closed:  # back to waking wait() (or to noticing unread data)
+                loop.add_reader(self._fd, self._on_readable)
+                self._registered = True
 
     def close(self) -> None:
         """Stop watching ``fd`` (before it is closed) and release a waiting :meth:`wait`."""

@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+from typing import TYPE_CHECKING
 
 from ulogstream.adapters.transport import ReadableWaiter
 from ulogstream.errors import LinkError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 Address = tuple[str, int]
 
@@ -137,6 +141,38 @@ class UdpTransport:
             self._burst = 0
             await self._readable.wait()
         return b""
+
+    async def pump(self, handle: Callable[[bytes], None]) -> None:
+        """Hand each datagram to ``handle`` as it arrives, until the transport is closed.
+
+        ``handle`` runs inside the event loop's reader callback, up to :data:`MAX_BURST`
+        datagrams per loop turn: no task wakes per datagram, which costs about 10 us less per
+        datagram than :meth:`receive` (a receiver's main cost at 2000 packets/s). An empty
+        datagram is handed over too (:meth:`receive` would take it for the end).
+
+        Raises:
+            LinkError: The socket failed.
+            Exception: What ``handle`` raised (the socket is no longer read then).
+        """
+        recvfrom = self._sock.recvfrom
+        follow_sender = self._follow_sender
+
+        def on_readable() -> None:
+            for _ in range(MAX_BURST):
+                try:
+                    data, sender = recvfrom(MAX_DATAGRAM)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except ConnectionRefusedError:
+                    continue  # an ICMP error for an earlier send: UDP is best effort
+                except OSError as err:
+                    msg = f"{self._name}: socket failed: {err.strerror or err}"
+                    raise LinkError(msg) from err
+                if follow_sender:
+                    self._peer = (str(sender[0]), int(sender[1]))
+                handle(data)
+
+        await self._readable.serve(on_readable)
 
     def send(self, data: bytes) -> None:
         """Send one datagram to the peer without waiting; dropped (and counted) if it cannot go."""
