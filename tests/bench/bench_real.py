@@ -14,6 +14,9 @@ run in this process on one CPU) to each receiver in turn, a subprocess pinned to
   instead of waiting for a heartbeat (our udpout link has no heartbeat to wait for).
 - ``record``: ``python -m ulogstream record udpout:... --once`` (file only).
 - ``record --mqtt``: the same with a real mosquitto started here, default 10 Hz cap.
+- ``floor``: ``floor_receiver.py``, the least a Python receiver can do (standard library only:
+  a blocking ``recvfrom``, acks, payloads appended raw; no CRC, sequence or ULog framing). No
+  receiver that keeps its promises costs less, so its ratio bounds what the others can reach.
 - ``record --mqtt-rate 0``: every row published (``--rate0``; not in the default set).
 
 Two paces: ``sitl`` (a link budget of about 220 KB/s, as a PX4 SITL logger streams) and ``usb``
@@ -62,8 +65,9 @@ DEFAULT_LOGS = (
 SITL_LINK_RATE = 315_000
 """The simulated link's rate for SITL pace: 70 % of it (the logger's share) is about 220 KB/s."""
 PACES = {"sitl": SITL_LINK_RATE, "usb": USB_LINK_RATE}
-RECEIVERS = ("script", "record", "record --mqtt")
+RECEIVERS = ("script", "floor", "record", "record --mqtt")
 SCRIPT = Path(__file__).with_name("px4_script.py")
+FLOOR = Path(__file__).with_name("floor_receiver.py")
 
 
 # -- the decode path alone (in this process) ----------------------------------------------------
@@ -135,6 +139,8 @@ async def run_one(log: Path, receiver: str, link_rate: float, broker: int | None
     timer = AckTimer(link)
     if receiver == "script":
         command = [str(SCRIPT), f"udpout:127.0.0.1:{port}", str(out / "script.ulg")]
+    elif receiver == "floor":
+        command = [str(FLOOR), f"udpout:127.0.0.1:{port}", str(out / "floor.bin")]
     else:
         command = [
             "-m", "ulogstream", "record", f"udpout:127.0.0.1:{port}", "--once", "--no-status",
@@ -165,8 +171,8 @@ async def run_one(log: Path, receiver: str, link_rate: float, broker: int | None
     stop = asyncio.Event()
 
     def delivered(_: int) -> None:
-        process.terminate()  # the recorder: STOP handshake, then exit; the script: exit
-        if receiver == "script":
+        process.terminate()  # the recorder: STOP handshake, then exit; the others: exit
+        if receiver in {"script", "floor"}:
             stop.set()
 
     config = VehicleConfig(link_rate=link_rate, speed=None)
@@ -201,7 +207,7 @@ def compare(recordings: list[Path], log: Path) -> str:
 
 def describe(name: str, run: Run, script: Run | None) -> str:
     ratio = "" if script is None else f"  {script.cpu_s / run.cpu_s:4.2f}x less than the script"
-    same = "" if name == "script" else f"  {run.recording}"
+    same = "" if name in {"script", "floor"} else f"  {run.recording}"
     return (
         f"  {name:<24} CPU {run.cpu_s:5.2f} s ({100 * run.cpu_s / run.seconds:4.1f} % of a core "
         f"over {run.seconds:4.1f} s, {run.packets / run.seconds:5.0f} packets/s){ratio}{same}\n"
