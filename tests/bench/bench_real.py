@@ -17,18 +17,21 @@ run in this process on one CPU) to each receiver in turn, a subprocess pinned to
 - ``floor``: ``floor_receiver.py``, the least a Python receiver can do (standard library only:
   a blocking ``recvfrom``, acks, payloads appended raw; no CRC, sequence or ULog framing). No
   receiver that keeps its promises costs less, so its ratio bounds what the others can reach.
-- ``record --mqtt-rate 0``: every row published (``--rate0``; not in the default set).
+- ``record --mqtt-rate 0``: every row published (``--rate0``; not in the default set); a
+  subscriber (``bench_live.py subscribe``) counts the samples/s it receives and the recorded
+  rows it never got.
 
-Two paces: ``sitl`` (a link budget of about 220 KB/s, as a PX4 SITL logger streams) and ``usb``
-(the 800 KB/s USB link, 560 KB/s of log: the ceiling), both with the log's time ignored (the
-logger writes as fast as the link takes it). CPU is the whole receiver process, start-up and
-shutdown included: ``resource.getrusage(RUSAGE_CHILDREN)`` before and after the subprocess is
-reaped. Ack latency is measured by the vehicle (first send of each LOGGING_DATA_ACKED to the
-arrival of its LOGGING_ACK, ``bench_pipeline.AckTimer``): p50, p99 and max. Every ulogstream
-recording is compared with the log byte for byte (the v1.17 log's last 5229 bytes start with a
-damaged message header, type 0 and 8307 bytes long: neither the recorder nor PX4's script, which
-waits for the 8310 bytes it announces, writes them). With ``BENCH_PROFILE=DIR`` each ulogstream
-run is profiled (cProfile dumps in DIR; the CPU figures then include the profiler).
+Two paces: ``sitl`` (a link budget of about 220 KB/s, as a PX4 SITL logger streams) and ``usb`` (the
+800 KB/s USB link, 560 KB/s of log: the ceiling), both with the log's time ignored (the logger
+writes as fast as the link takes it); ``2usb`` (twice that link, not in the default set) shows what
+``--mqtt-rate 0`` delivers beyond the rows a log holds at the USB ceiling. CPU is the whole receiver
+process, start-up and shutdown included: ``resource.getrusage(RUSAGE_CHILDREN)`` before and after
+the subprocess is reaped. Ack latency is measured by the vehicle (first send of each
+LOGGING_DATA_ACKED to the arrival of its LOGGING_ACK, ``bench_pipeline.AckTimer``): p50, p99 and
+max. Every ulogstream recording is compared with the log byte for byte (the v1.17 log's last 5229
+bytes start with a damaged message header, type 0 and 8307 bytes long: neither the recorder nor
+PX4's script, which waits for the 8310 bytes it announces, writes them). With ``BENCH_PROFILE=DIR``
+each ulogstream run is profiled (cProfile dumps in DIR; the CPU figures then include the profiler).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from bench.bench_pipeline import AckTimer  # noqa: E402
 from bench.installed import compile_package  # noqa: E402
 
 from ulogstream.adapters.udp_transport import UdpTransport  # noqa: E402
+from ulogstream.adapters.ulog_file import read  # noqa: E402
 from ulogstream.publish import PublishPolicy, PublishSettings  # noqa: E402
 from ulogstream.sim.runner import run_vehicle  # noqa: E402
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig  # noqa: E402
@@ -64,7 +68,7 @@ DEFAULT_LOGS = (
 )
 SITL_LINK_RATE = 315_000
 """The simulated link's rate for SITL pace: 70 % of it (the logger's share) is about 220 KB/s."""
-PACES = {"sitl": SITL_LINK_RATE, "usb": USB_LINK_RATE}
+PACES = {"sitl": SITL_LINK_RATE, "usb": USB_LINK_RATE, "2usb": 2 * USB_LINK_RATE}
 RECEIVERS = ("script", "floor", "record", "record --mqtt")
 SCRIPT = Path(__file__).with_name("px4_script.py")
 FLOOR = Path(__file__).with_name("floor_receiver.py")
@@ -122,6 +126,8 @@ class Run:
     round_trips: list[float]
     recording: str
     """How the recording compares with the log."""
+    delivered: str = ""
+    """For ``--mqtt-rate 0``: samples/s a subscriber received, and how many it missed."""
 
 
 def child_cpu() -> float:
@@ -156,6 +162,15 @@ async def run_one(log: Path, receiver: str, link_rate: float, broker: int | None
         if profile:  # a cProfile dump per ulogstream run, to see where its time goes
             name = receiver.replace(" ", "").replace("-", "_")
             command = ["-m", "cProfile", "-o", f"{profile}/{log.stem}-{name}.prof", *command]
+    subscriber = None
+    samples = tmp / "samples.txt"
+    if "--mqtt-rate 0" in receiver:  # count what reaches a subscriber (reaped after the CPU)
+        subscriber = await asyncio.create_subprocess_exec(
+            sys.executable, str(ROOT / "tests" / "bench" / "bench_live.py"), "subscribe",
+            str(broker), str(samples), stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+        )  # fmt: skip
+        assert subscriber.stdout is not None
+        await asyncio.wait_for(subscriber.stdout.readline(), 30)  # "ready"
     before = child_cpu()
     started = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
@@ -190,7 +205,28 @@ async def run_one(log: Path, receiver: str, link_rate: float, broker: int | None
     seconds = time.perf_counter() - started
     cpu = child_cpu() - before
     recordings = sorted(out.rglob("*.ulg"))
-    return Run(cpu, seconds, summary.delivered, sorted(timer.round_trips), compare(recordings, log))
+    delivered_samples = ""
+    if subscriber is not None:
+        await asyncio.sleep(1.0)  # the broker's last deliveries
+        subscriber.terminate()
+        await subscriber.wait()
+        delivered_samples = sample_rate(samples, recordings)
+    return Run(
+        cpu, seconds, summary.delivered, sorted(timer.round_trips), compare(recordings, log),
+        delivered_samples,
+    )  # fmt: skip
+
+
+def sample_rate(samples: Path, recordings: list[Path]) -> str:
+    """Samples/s the subscriber received over its first to last, and the recorded rows missed."""
+    stamps = [float(line.split()[1]) for line in samples.read_text().splitlines() if line[0] == "S"]
+    rows = sum(
+        len(topic.timestamps_us) for path in recordings for topic in read(path).topics.values()
+    )
+    if len(stamps) < 2:
+        return f"{len(stamps)} samples delivered of {rows} recorded"
+    rate = len(stamps) / (stamps[-1] - stamps[0])
+    return f"{rate:6.0f} samples/s delivered, {rows - len(stamps)} of {rows} recorded rows missing"
 
 
 def compare(recordings: list[Path], log: Path) -> str:
@@ -208,6 +244,8 @@ def compare(recordings: list[Path], log: Path) -> str:
 def describe(name: str, run: Run, script: Run | None) -> str:
     ratio = "" if script is None else f"  {script.cpu_s / run.cpu_s:4.2f}x less than the script"
     same = "" if name in {"script", "floor"} else f"  {run.recording}"
+    if run.delivered:
+        same += f"\n  {'':<24} {run.delivered}"
     return (
         f"  {name:<24} CPU {run.cpu_s:5.2f} s ({100 * run.cpu_s / run.seconds:4.1f} % of a core "
         f"over {run.seconds:4.1f} s, {run.packets / run.seconds:5.0f} packets/s){ratio}{same}\n"
