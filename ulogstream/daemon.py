@@ -111,14 +111,14 @@ UPLOAD_QUEUE_FOLDER = ".upload-queue"
 FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
 
-DECODE_DELAY_S = 0.025
+DECODE_DELAY_S = 0.01
 """With MQTT, the longest a written row waits before it is decoded (and maybe published).
 
 Several datagrams are decoded in one go instead of one callback per datagram. On real PX4 logs
-at the USB ceiling (``tests/bench/bench_real.py --paces usb``) 25 ms instead of 5 ms costs the
-same CPU and brings the vehicle's ack round trip from p99 1.3 ms, max 5.4 ms to p99 0.35 ms,
-max 0.7 ms: fewer decode wake-ups land between a LOGGING_DATA_ACKED and its ack. It is a
-quarter of the 10 Hz cap's period, so a dashboard sees no difference."""
+at the USB ceiling (``tests/bench/bench_real.py --paces usb``) 5 ms let the vehicle's ack round
+trip reach 5-11 ms at its worst; 10 ms keeps it under 2 ms at the same CPU, and 25 ms under 1 ms
+but pushes the arrival-to-publish p99 past 20 ms (``tests/bench/bench_live.py --parts 1
+--decode-delay S``)."""
 
 DECODE_SLICE_S = 0.0005
 """Longest piece of decoding and publishing work before the loop serves the link again."""
