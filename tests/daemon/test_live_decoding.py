@@ -151,3 +151,23 @@ async def test_decoding_is_cut_into_slices_that_give_the_loop_back(
     rows = sum(len(topic.timestamps_us) for topic in read(path).topics.values())
     outbox = sink._outbox
     assert sum(1 for message in outbox if "/json/" in message.topic) == rows
+
+
+def test_parser_calls_follow_what_their_bytes_cost() -> None:
+    """Slow pieces (definitions compiled for the first time) shrink the next, fast ones grow it."""
+    least, most = daemon.DECODE_SLICE_BYTES_RANGE
+    slow, fast, between = (
+        daemon.DECODE_SLICE_S,
+        daemon.DECODE_SLICE_S / 16,
+        daemon.DECODE_SLICE_S / 4,
+    )
+    assert daemon.next_slice_bytes(4096, slow) == 2048
+    assert daemon.next_slice_bytes(4096, fast) == 8192
+    assert daemon.next_slice_bytes(4096, between) == 4096
+    size = daemon.DECODE_SLICE_BYTES
+    for _ in range(20):
+        size = daemon.next_slice_bytes(size, slow)
+    assert size == least
+    for _ in range(20):
+        size = daemon.next_slice_bytes(size, fast)
+    assert size == most
