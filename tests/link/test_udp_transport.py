@@ -13,6 +13,29 @@ from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.stream.packets import LoggingAck, LoggingPacket
 
 
+class LoopTurns:
+    """Counts the event loop's turns from :meth:`start`: a task that only yields, once a turn."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start counting from the next turn on."""
+        self._task = asyncio.create_task(self._tick())
+        await asyncio.sleep(0)
+        self.count = 0
+
+    def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+    async def _tick(self) -> None:
+        while True:
+            self.count += 1
+            await asyncio.sleep(0)
+
+
 @pytest.mark.asyncio
 async def test_frames_round_trip_between_udpout_and_udpin() -> None:
     receiver_link = await UdpTransport.listen("127.0.0.1", 0)
@@ -86,26 +109,17 @@ async def test_send_before_anyone_spoke_is_dropped_and_counted() -> None:
 @pytest.mark.asyncio
 async def test_a_flood_of_datagrams_does_not_starve_other_tasks() -> None:
     link = await UdpTransport.listen("127.0.0.1", 0)
-    ticks = 0
-
-    async def other_task() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
+    turns = LoopTurns()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
         for index in range(300):  # all queued in the kernel before we read: never would block
             sender.sendto(index.to_bytes(2, "little"), link.local_address)
         await asyncio.sleep(0.05)
-        ticker = asyncio.create_task(other_task())
-        await asyncio.sleep(0)
-        ticks = 0
+        await turns.start()
         async with asyncio.timeout(5):
             received = [await link.receive() for _ in range(300)]
-        ticker.cancel()
+        turns.stop()
     assert received == [index.to_bytes(2, "little") for index in range(300)]
-    assert 300 // MAX_BURST <= ticks < 300
+    assert 300 // MAX_BURST <= turns.count < 300
     await link.aclose()
 
 
@@ -161,18 +175,12 @@ async def test_pump_hands_over_every_datagram_in_order_without_starving_other_ta
     link = await UdpTransport.listen("127.0.0.1", 0)
     received: list[bytes] = []
     all_received = asyncio.Event()
-    ticks = 0
+    turns = LoopTurns()
 
     def handle(data: bytes) -> None:
         received.append(data)
         if len(received) == 300:
             all_received.set()
-
-    async def other_task() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
         sender.bind(("127.0.0.1", 0))
@@ -181,15 +189,13 @@ async def test_pump_hands_over_every_datagram_in_order_without_starving_other_ta
         for datagram in sent:  # all queued in the kernel before the pump reads
             sender.sendto(datagram, link.local_address)
         await asyncio.sleep(0.05)
-        ticker = asyncio.create_task(other_task())
         pump = asyncio.create_task(link.pump(handle))
-        await asyncio.sleep(0)
-        ticks = 0
+        await turns.start()
         await asyncio.wait_for(all_received.wait(), 5)
-        ticker.cancel()
+        turns.stop()
         assert link.peer == sender.getsockname()  # udpin follows the sender, as receive() does
     assert received == sent
-    assert 300 // MAX_BURST <= ticks < 300
+    assert 300 // MAX_BURST <= turns.count < 300
     await link.aclose()
     async with asyncio.timeout(5):
         await pump  # ends when the transport is closed
