@@ -1,9 +1,11 @@
 """UDP links: ``udpin`` listens and replies to the last sender, ``udpout`` sends to one address.
 
-The socket is read directly (``recvfrom`` first, and only when it would block, wait for the
-event loop's ``add_reader``): one syscall per datagram instead of asyncio's two loop turns, which
-matters at tens of thousands of packets per second on a Raspberry Pi. The kernel's receive
-buffer is the bounded queue.
+The socket is read directly with ``recvfrom``, never through a protocol's callbacks: the
+recorder has each datagram handled inside the event loop's reader callback (:meth:`pump`, no
+task woken per datagram), other readers wait for one at a time (:meth:`receive`, which tries
+``recvfrom`` first and waits for the loop only when it would block). Per datagram that matters
+at thousands of packets per second on a Raspberry Pi. The kernel's receive buffer is the
+bounded queue.
 """
 
 from __future__ import annotations
