@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING
 from pyulog import ULog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, uninstalled
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.installed import compile_package
+
 from ulogstream.adapters.ulog_file import read
 from ulogstream.ulog.dtypes import compile_format, parse_format
 from ulogstream.ulog.parser import ULogParser
@@ -240,6 +243,9 @@ def main() -> None:
         "--memory-runs", type=int, default=5, help="fresh processes per memory figure (median)"
     )
     args = parser.parse_args()
+    # The memory figures' processes import ulogstream before their baseline: a module compiled
+    # there (a stale .pyc under PYTHONDONTWRITEBYTECODE) would raise ours and flatter the ratio.
+    compile_package()
     files = sorted(SAMPLES.glob("*.ulg"))
     if not files:
         print(f"no sample logs in {SAMPLES}; nothing to measure")
