@@ -1293,27 +1293,25 @@ class Recorder:
                 await transport.aclose()
 
     async def _receive_loop(self, transport: Transport) -> None:
+        """Route what ``transport`` receives until it closes (a :class:`LinkError` then)."""
         route = self._route
         monotonic = time.monotonic
-        codec = self._codec
-        # A serial port wakes the loop once a frame can be whole, not for every piece of it.
-        wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
         if isinstance(transport, UdpTransport):  # datagrams handled in the reader callback
 
             def handle(data: bytes) -> None:
                 route(data, monotonic())
 
             await transport.pump(handle)
-            msg = f"link {transport.describe()} was closed"
-            raise LinkError(msg)
-        while True:
-            data = await transport.receive()
-            if not data:
-                msg = f"link {transport.describe()} was closed"
-                raise LinkError(msg)
-            route(data, monotonic())
-            if wake_after is not None:
-                wake_after(codec.bytes_wanted())
+        else:
+            codec = self._codec
+            # A serial port wakes the loop once a frame can be whole, not for every piece.
+            wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
+            while data := await transport.receive():
+                route(data, monotonic())
+                if wake_after is not None:
+                    wake_after(codec.bytes_wanted())
+        msg = f"link {transport.describe()} was closed"
+        raise LinkError(msg)
 
     def _route(self, data: bytes, now: float) -> None:
         """Decode one chunk and hand each vehicle its messages (acks go out inside)."""

@@ -60,6 +60,7 @@ from ulogstream.ulog.writer import ULogWriter  # noqa: E402
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from ulogstream.adapters.foxglove_sink import FoxgloveSink
     from ulogstream.adapters.transport import Transport
     from ulogstream.daemon import Publisher
 
@@ -93,23 +94,34 @@ class NullTransport:
         return "null"
 
 
-def make_pipeline(out_dir: Path, *, max_logs: int = 0) -> tuple[Pipeline, Publisher]:
-    publisher = build_publisher(MqttSettings(url="mqtt://127.0.0.1:1883", vehicle_id="bench"))
-    assert publisher is not None
+def pipeline_on_files(
+    sink: UlgFileSink, *, publisher: Publisher | None = None, foxglove: FoxgloveSink | None = None
+) -> Pipeline:
+    """A receiver's pipeline for sysid 1 writing into ``sink``, its file thread started.
+
+    The file thread reports to the pipeline it serves, as the recorder wires them.
+    """
     pipelines: list[Pipeline] = []
-    files = LogFiles(
-        UlgFileSink(out_dir, min_free_mb=0, max_logs=max_logs),
-        lambda event: pipelines[0].file_event(event),  # noqa: PLW0108 (made below)
-    )
+    files = LogFiles(sink, lambda event: pipelines[0].file_event(event))  # noqa: PLW0108 (made below)
     pipeline = Pipeline(
         codec=MavlinkCodec(system_id=254, component_id=155),
         session=LoggingSession(target_system=1),
         files=files,
         status=RecorderStatus(),
         publisher=publisher,
+        foxglove=foxglove,
     )
     pipelines.append(pipeline)
     files.start()
+    return pipeline
+
+
+def make_pipeline(out_dir: Path, *, max_logs: int = 0) -> tuple[Pipeline, Publisher]:
+    publisher = build_publisher(MqttSettings(url="mqtt://127.0.0.1:1883", vehicle_id="bench"))
+    assert publisher is not None
+    pipeline = pipeline_on_files(
+        UlgFileSink(out_dir, min_free_mb=0, max_logs=max_logs), publisher=publisher
+    )
     pipeline.attach(NullTransport().send, 0.0, restored=False)
     return pipeline, publisher
 

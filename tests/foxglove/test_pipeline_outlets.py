@@ -10,20 +10,18 @@ from typing import TYPE_CHECKING
 import foxglove
 import numpy as np
 import pytest
+from bench.bench_pipeline import pipeline_on_files
 from bench.bench_receive import recorded_stream
 from mcap.reader import make_reader
 from waiting import eventually
 
 from ulogstream.adapters.file_sink import UlgFileSink
 from ulogstream.adapters.foxglove_sink import build_foxglove
-from ulogstream.adapters.log_files import LogFiles
 from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.config import FoxgloveSettings
-from ulogstream.daemon import Pipeline, Publisher, RecorderStatus, _widest_rows
-from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.daemon import Publisher, _widest_rows
 from ulogstream.publish import JSON_CONTENT_TYPE, PublishPolicy, PublishSettings, json_sample_time
 from ulogstream.sim.flightlog import generate_flight_log
-from ulogstream.stream.session import LoggingSession
 from ulogstream.ulog.events import Subscription
 from ulogstream.ulog.parser import RowSelection
 
@@ -47,21 +45,8 @@ async def test_the_file_opening_late_does_not_make_the_outlets_forget_the_topics
     publisher = Publisher(
         policy, MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=1_000_000))
     )
-    pipelines: list[Pipeline] = []
-    files = LogFiles(
-        UlgFileSink(tmp_path, min_free_mb=0),
-        lambda event: pipelines[0].file_event(event),  # noqa: PLW0108 (made below)
-    )
-    status = RecorderStatus()
-    pipeline = Pipeline(
-        codec=MavlinkCodec(system_id=254, component_id=155),
-        session=LoggingSession(target_system=1),
-        files=files,
-        status=status,
-        publisher=publisher,
-    )
-    pipelines.append(pipeline)
-    files.start()
+    pipeline = pipeline_on_files(UlgFileSink(tmp_path, min_free_mb=0), publisher=publisher)
+    status = pipeline.status
     try:
         pipeline.attach(lambda _data: None, 0.0, restored=False)
         pipeline.start(0.0)
@@ -80,7 +65,7 @@ async def test_the_file_opening_late_does_not_make_the_outlets_forget_the_topics
         assert policy.published_samples == rows
     finally:
         pipeline.abandon(0.0)
-        await files.aclose()
+        await pipeline.files.aclose()
         await asyncio.sleep(0)
 
 
@@ -115,21 +100,11 @@ async def test_samples_both_outlets_choose_are_encoded_once_and_sent_as_the_same
     view = build_foxglove(FoxgloveSettings(enabled=True, default_rate_hz=foxglove_rate))
     assert view is not None
     recording = foxglove.open_mcap(tmp_path / "view.mcap", context=view._context)
-    pipelines: list[Pipeline] = []
-    files = LogFiles(
+    pipeline = pipeline_on_files(
         UlgFileSink(tmp_path / "logs", min_free_mb=0),
-        lambda event: pipelines[0].file_event(event),  # noqa: PLW0108 (made below)
-    )
-    pipeline = Pipeline(
-        codec=MavlinkCodec(system_id=254, component_id=155),
-        session=LoggingSession(target_system=1),
-        files=files,
-        status=RecorderStatus(),
         publisher=Publisher(mqtt_policy, mqtt_sink),
         foxglove=view,
     )
-    pipelines.append(pipeline)
-    files.start()
     now = 0.0
     try:
         pipeline.attach(lambda _data: None, 0.0, restored=False)
@@ -142,7 +117,7 @@ async def test_samples_both_outlets_choose_are_encoded_once_and_sent_as_the_same
                 pipeline.timer(now)
         pipeline.abandon(now)  # the log ends: the rest is decoded and sent
     finally:
-        await files.aclose()
+        await pipeline.files.aclose()
         await asyncio.sleep(0)
         recording.close()
         view.stop()
