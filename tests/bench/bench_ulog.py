@@ -7,8 +7,9 @@ ulogstream and pyulog on every sample in ../shared/data/ulg, with aggregates for
 (few, large messages) and the modern ones (PX4 v1.15/v1.17: ~100 topic instances, ~60 bytes
 per message), and on two generated large files (the data section of an old and of a modern
 sample repeated with shifted timestamps); then peak memory of both readers on the modern
-logs and the large files in fresh processes (VmHWM over the imports, VmHWM itself and
-tracemalloc's peak) next to the size of the rows, the floor for both; then the cost of one
+logs and the large files in fresh processes (VmHWM over the imports and VmHWM itself; not
+tracemalloc's peak, which does not see our rows: they are in memory mappings) next to the
+size of the rows, the floor for both; then the cost of one
 'P' message and incremental throughput fed 249-byte chunks.
 """
 
@@ -150,8 +151,8 @@ def build_large(source: Path, target: Path, min_bytes: int) -> None:
 
 
 _PEAK_SCRIPT = """
-import contextlib, io, sys, tracemalloc
-reader, path, root, traced = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+import contextlib, io, sys
+reader, path, root = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, root)
 import numpy
 from pyulog import ULog
@@ -162,14 +163,12 @@ def hwm():
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
 
 base = hwm()
-if traced:
-    tracemalloc.start()
 if reader == "u":
     result = read(path)
 else:
     with contextlib.redirect_stdout(io.StringIO()):
         result = ULog(path)
-print(base, hwm(), tracemalloc.get_traced_memory()[1] // 1024 if traced else 0)
+print(base, hwm())
 """
 READERS = {"ulogstream": "u", "pyulog": "p"}
 """One letter each: both children get the same argv and environment, so the same heap."""
@@ -183,8 +182,6 @@ class PeakMemory:
     """VmHWM at the end minus VmHWM after the imports (both readers are imported)."""
     rss: int
     """VmHWM at the end: the same imports in both processes, so directly comparable."""
-    traced: int
-    """tracemalloc's peak while reading (in other processes: tracing costs memory too)."""
 
 
 def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
@@ -192,7 +189,7 @@ def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
 
     Each run is a fresh process that imports numpy, pyulog and ulogstream, notes VmHWM, reads
     the file and notes VmHWM again (VmHWM is per address space, so unlike ru_maxrss it does
-    not inherit this process's peak); other processes give tracemalloc's peak. Run ``i`` of
+    not inherit this process's peak). Run ``i`` of
     both readers has hash seed ``i`` and environment and argv padded by the same ``i``-given
     sizes, so both start from the same heap. The runs vary its layout, which alone moves a
     figure by a few hundred KiB on a 3 MB log and up to 1 MiB on the large files (the sizes
@@ -200,8 +197,8 @@ def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
     """
     root = str(Path(__file__).resolve().parents[2])
 
-    def child(seed: int, *, traced: bool) -> list[int]:
-        argv = [READERS[reader], str(path), root, "1" if traced else "0", "x" * (seed * 331 % 2048)]
+    def child(seed: int) -> list[int]:
+        argv = [READERS[reader], str(path), root, "x" * (seed * 331 % 2048)]
         out = subprocess.run(
             [sys.executable, "-c", _PEAK_SCRIPT, *argv],
             check=True,
@@ -211,12 +208,10 @@ def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
         ).stdout.split()
         return [int(word) for word in out]
 
-    plain = [child(seed, traced=False) for seed in range(1, runs + 1)]
-    traced = [child(seed, traced=True)[2] for seed in range(1, runs + 1)]
+    runs_kib = [child(seed) for seed in range(1, runs + 1)]
     return PeakMemory(
-        int(statistics.median(end - base for base, end, _ in plain)),
-        int(statistics.median(end for _, end, _ in plain)),
-        int(statistics.median(traced)),
+        int(statistics.median(end - base for base, end in runs_kib)),
+        int(statistics.median(end for _, end in runs_kib)),
     )
 
 
@@ -228,8 +223,7 @@ def compare_memory(path: Path, label: str, runs: int) -> tuple[PeakMemory, PeakM
     print(
         f"  {label[:40]:40s} rows {rows:8.0f}  RSS over imports {ours.rss_over_imports:6d} vs "
         f"{theirs.rss_over_imports:6d} ({ours.rss_over_imports / theirs.rss_over_imports:.3f}),"
-        f" peak {ours.rss / theirs.rss:.3f}; tracemalloc {ours.traced:6d} vs {theirs.traced:6d}"
-        f" ({ours.traced / theirs.traced:.3f})"
+        f" peak {ours.rss:6d} vs {theirs.rss:6d} ({ours.rss / theirs.rss:.3f})"
     )
     return ours, theirs
 
@@ -240,7 +234,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (best kept)")
     parser.add_argument("--large-mb", type=int, default=40, help="size of the generated files")
     parser.add_argument(
-        "--memory-runs", type=int, default=5, help="fresh processes per memory figure (median)"
+        "--memory-runs", type=int, default=9, help="fresh processes per memory figure (median)"
     )
     args = parser.parse_args()
     # The memory figures' processes import ulogstream before their baseline: a module compiled

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from ulog.ulog_helpers import sample_log
 
 from ulogstream.errors import ULogFormatError
+from ulogstream.ulog import reader as reader_module
 from ulogstream.ulog.reader import ULogData, ULogReader
 from ulogstream.ulog.writer import ULogWriter
 
@@ -82,7 +83,7 @@ def generated_log(rows: int = 300) -> bytes:
     plain = w.add_logged_message("plain", multi_id=2)
     for i in range(rows):
         w.data(fast, struct.pack("<Qf", 1000 + i * 7, i))
-        w.data(signed, struct.pack("<qh", 2000 + i * 5, -i))
+        w.data(signed, struct.pack("<qh", 2000 + i * 5, -(i % 30_000)))
         w.data(wrap, struct.pack("<IB", (0xFFFF_FF00 + i * 3) & 0xFFFF_FFFF, i % 256))
         w.data(plain, bytes([i % 256]))
         if i % 50 == 25:
@@ -204,6 +205,29 @@ def test_gathered_rows_own_their_memory() -> None:
     topic = reader.result().topics["fast", 0]
     block[:] = bytes(len(block))  # the caller reuses its buffer
     assert topic.timestamps_us.tolist() == [1000 + i * 7 for i in range(20)]
+
+
+@pytest.mark.parametrize("remap", [True, False], ids=["mremap", "copy"])
+def test_large_instances_keep_every_row_as_their_buffer_grows(
+    monkeypatch: pytest.MonkeyPatch, *, remap: bool
+) -> None:
+    """A large instance's rows keep every value, in order, as their buffer grows.
+
+    Past the heap part they move to a mapping of their own, which grows in place (mremap) or,
+    where the system cannot (macOS, simulated here), into a larger mapping; "fast" rows are
+    gathered by the reader, "wrap" rows come through the parser.
+    """
+    if not remap:
+        monkeypatch.setattr(reader_module, "_resize", lambda _mapping, _size: False)
+    rows = 60_000
+    result = fold(generated_log(rows), 1 << 17)
+    fast = result.topics["fast", 0]
+    wrap = result.topics["wrap", 0]
+    assert fast.data.nbytes > 2 * reader_module._MAPPED_START  # grown twice
+    assert wrap.data.nbytes > reader_module._MAPPED_START
+    assert fast.data["x"].tolist() == [float(i) for i in range(rows)]
+    assert fast.timestamps_us.tolist() == [1000 + i * 7 for i in range(rows)]
+    assert wrap.data["z"].tolist() == [i % 256 for i in range(rows)]
 
 
 def test_feed_after_the_final_block_is_refused() -> None:

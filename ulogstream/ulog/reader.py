@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import bisect
 import dataclasses
+import mmap
 import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -54,10 +55,12 @@ uses: large enough that the per-topic work of a block is small next to its rows 
 block costs 20% less time), small enough that the block and its row offsets add little to
 the peak memory (``tests/bench/bench_ulog.py``)."""
 
-_GATHER_BYTES: Final = 1 << 12
-"""Rows copied out per numpy call: the transient copy is one heap page, reused rather than
-raising the peak (tracemalloc's peak on the v1.17 logs: 16 KiB steps +20-120 KiB, 2 KiB
-steps no lower RSS and 3% slower)."""
+_MAPPED_FROM: Final = 1 << 14 if hasattr(mmap, "MAP_PRIVATE") else 1 << 62
+"""Bytes of rows above which a topic instance's rows move to a memory mapping of their own
+(never where ``mmap`` has no private mappings: Windows). Of 4 to 64 KiB, 8 and 16 KiB gave
+the lowest peaks on the v1.15 and v1.17 logs (``tests/bench/bench_ulog.py``)."""
+_MAPPED_START: Final = 1 << 18
+"""Smallest mapping: room ahead takes address space, not memory, until it is written."""
 _PARSER_STEP: Final = 4096
 """Bytes handed to the parser at a time while it resynchronises."""
 _D: Final = int(MessageType.DATA)
@@ -157,8 +160,9 @@ class ULogReader:
     the parser did not see added back in, and offsets in its reports are mapped back to file
     offsets. A log with appended data ('B' incompat flag) goes through the parser whole.
 
-    Memory: the rows themselves (each topic instance's in one ``bytearray`` the result views),
-    plus the block and its row offsets (8 bytes each, in an ``array``, not int objects).
+    Memory: the rows themselves (each topic instance's in one buffer the result views, see
+    :class:`_Rows`), plus the block and its row offsets (8 bytes each, in an ``array``, not
+    int objects).
 
     Args:
         gather: False hands every byte to the parser (the reference that tests compare with).
@@ -433,15 +437,14 @@ class ULogReader:
             (len(block) - size - 4,), builder.void, block, 5, (1,)
         )
         rows = builder.rows
-        start = len(rows)
-        step = max(1, _GATHER_BYTES // size)
-        for first in range(0, count, step):  # a small transient per step
-            rows.extend(spans[at[first : first + step]])
+        start = rows.take(spans, at)
         timestamps: npt.NDArray[np.uint64]
         if lane.timestamp_offset is None:
             timestamps = np.zeros(count, np.uint64)
         else:  # a view: ``rows`` cannot grow until it is dropped, at the end of this call
-            timestamps = np.ndarray((count,), "<u8", rows, start + lane.timestamp_offset, (size,))
+            timestamps = np.ndarray(
+                (count,), "<u8", rows.buffer, start + lane.timestamp_offset, (size,)
+            )
         if not builder.view_timestamp:
             timestamps = np.array(timestamps)
             builder.timestamps.append(timestamps)
@@ -498,15 +501,92 @@ class _Lane:
     """Where the row's 64-bit timestamp is (None: the format has none, timestamps are 0)."""
 
 
+class _Rows:
+    """One topic instance's rows, as bytes, in a buffer that the array views at the end.
+
+    The buffer is a ``bytearray`` while small, then a private anonymous memory mapping of
+    their own. A ``bytearray`` that grows moves through ``realloc``; below glibc's mmap
+    threshold (128 KiB at first, raised by every larger block freed, up to 32 MiB) it lives
+    in the heap, where every move leaves a hole that stays resident: a whole log read that
+    way took 1-2 MiB more than its rows, and the peak followed the heap's layout. A mapping
+    of its own grows through ``mremap``, without a copy; the room ahead takes no memory until
+    written, and its pages hold these rows only. Small instances stay in the heap, where they
+    share pages (a mapping takes a page at least, and most instances of a modern log hold a
+    few KiB).
+    """
+
+    __slots__ = ("buffer", "used")
+
+    def __init__(self) -> None:
+        self.buffer: bytearray | mmap.mmap = bytearray()
+        self.used = 0
+        """Bytes of rows (a mapping is longer: room ahead)."""
+
+    def append(self, rows: npt.NDArray[np.void] | npt.NDArray[np.uint8]) -> None:
+        """Append the bytes of ``rows`` (C-contiguous)."""
+        start = self.used
+        end = start + rows.nbytes
+        buffer = self._room(end)
+        if isinstance(buffer, bytearray):
+            buffer.extend(rows)
+        else:
+            np.ndarray(rows.shape, rows.dtype, buffer, start)[:] = rows
+        self.used = end
+
+    def take(self, spans: npt.NDArray[np.void], at: npt.NDArray[np.int64]) -> int:
+        """Append the rows ``spans[at]``, copied once; return where they start."""
+        start = self.used
+        end = start + len(at) * spans.itemsize
+        buffer = self._room(end)
+        if isinstance(buffer, bytearray):
+            buffer.extend(spans[at])
+        else:  # (np.take would copy all of ``spans`` first: they overlap)
+            np.ndarray((len(at),), spans.dtype, buffer, start)[:] = spans[at]
+        self.used = end
+        return start
+
+    def view(self, dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
+        """The rows as an array of ``dtype`` (no more rows can be added while it lives)."""
+        buffer = self.buffer
+        if isinstance(buffer, mmap.mmap):
+            _resize(buffer, self.used)  # the room ahead back to the system
+        data: npt.NDArray[np.void] = np.frombuffer(buffer, dtype, self.used // dtype.itemsize)
+        return data
+
+    def _room(self, end: int) -> bytearray | mmap.mmap:
+        """The buffer, with room for ``end`` bytes."""
+        buffer = self.buffer
+        if isinstance(buffer, bytearray):
+            if end <= _MAPPED_FROM:
+                return buffer
+            mapped = mmap.mmap(-1, max(2 * end, _MAPPED_START), flags=mmap.MAP_PRIVATE)
+            mapped[: self.used] = buffer
+            self.buffer = mapped
+            return mapped
+        if end > len(buffer) and not _resize(buffer, max(2 * len(buffer), end)):
+            larger = mmap.mmap(-1, max(2 * len(buffer), end), flags=mmap.MAP_PRIVATE)
+            with memoryview(buffer) as view:
+                larger[: self.used] = view[: self.used]
+            buffer.close()
+            self.buffer = buffer = larger
+        return buffer
+
+
+def _resize(mapping: mmap.mmap, size: int) -> bool:
+    """Resize ``mapping`` in place (``mremap``); False where the system cannot (macOS)."""
+    try:
+        mapping.resize(size)
+    except SystemError:  # "mmap: resizing not available--no mremap()"
+        return False
+    return True
+
+
 class _TopicBuilder:
-    """Rows of one topic instance, appended to one ``bytearray`` that the array views at the end.
+    """Rows of one topic instance, with the format they were logged in.
 
     Rows are kept without the bytes after their last field (trailing padding, which PX4 does
-    not log either). The buffer grows in place through ``realloc``: small instances share the
-    heap's free pages with everything else, large ones are remapped by the kernel (mremap)
-    instead of copied, and the room it reserves ahead takes no memory until written. At the
-    end the array is a view of the buffer, so a whole log takes little more memory than its
-    rows.
+    not log either); at the end the array is a view of them (see :class:`_Rows`), so a whole
+    log takes little more memory than its rows.
     """
 
     __slots__ = (
@@ -534,8 +614,8 @@ class _TopicBuilder:
         self.size = _compact_size(self.full)
         """Bytes per row kept: up to the end of the last field."""
         self.void: np.dtype[np.void] = np.dtype((np.void, self.size))
-        self.rows = bytearray()
-        """The rows so far; it can only grow while no array views it."""
+        self.rows = _Rows()
+        """The rows so far; they can only grow while no array views them."""
         self.timestamps: list[npt.NDArray[np.uint64]] = []
         self.lanes: list[_Lane] = []
         """The msg_ids whose rows :class:`ULogReader` gathers into this instance itself."""
@@ -547,9 +627,9 @@ class _TopicBuilder:
         """Append a parser batch (full-size rows, of which the first bytes are kept)."""
         size = self.size
         if size == self.row_size:
-            self.rows.extend(rows)
+            self.rows.append(rows)
         else:
-            self.rows.extend(
+            self.rows.append(
                 np.ndarray((len(rows), size), np.uint8, rows, 0, (self.row_size, 1)).copy()
             )
         if not self.view_timestamp:
@@ -557,7 +637,7 @@ class _TopicBuilder:
 
     def build(self, dtype: np.dtype[np.void]) -> TopicData:
         """The instance's rows, viewed as ``dtype`` (:func:`_compact` of :attr:`full`)."""
-        data: npt.NDArray[np.void] = np.frombuffer(self.rows, dtype)
+        data = self.rows.view(dtype)
         timestamps: npt.NDArray[np.uint64]
         if self.view_timestamp:
             timestamps = data[TIMESTAMP_FIELD]
