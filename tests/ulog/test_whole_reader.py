@@ -230,6 +230,15 @@ def test_large_instances_keep_every_row_as_their_buffer_grows(
     assert wrap.data["z"].tolist() == [i % 256 for i in range(rows)]
 
 
+def test_result_can_be_taken_twice_while_the_first_lives() -> None:
+    reader = ULogReader()
+    reader.feed(generated_log(40_000), final=True)  # "fast" rows in a mapping
+    first = reader.result()
+    second = reader.result()
+    assert_same(second, first)
+    assert second.topics["fast", 0].data["x"][-1] == 39_999
+
+
 def test_feed_after_the_final_block_is_refused() -> None:
     reader = ULogReader()
     reader.feed(sample_log(), final=True)

@@ -548,7 +548,7 @@ class _Rows:
     def view(self, dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
         """The rows as an array of ``dtype`` (no more rows can be added while it lives)."""
         buffer = self.buffer
-        if isinstance(buffer, mmap.mmap):
+        if isinstance(buffer, mmap.mmap) and len(buffer) > self.used:  # once
             _resize(buffer, self.used)  # the room ahead back to the system
         data: npt.NDArray[np.void] = np.frombuffer(buffer, dtype, self.used // dtype.itemsize)
         return data
