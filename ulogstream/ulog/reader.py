@@ -534,7 +534,7 @@ class _Rows:
         self.used = end
 
     def take(self, spans: npt.NDArray[np.void], at: npt.NDArray[np.int64]) -> int:
-        """Append the rows ``spans[at]``, copied once; return where they start."""
+        """Append the rows ``spans[at]``; return where they start."""
         start = self.used
         end = start + len(at) * spans.itemsize
         buffer = self._room(end)
@@ -559,17 +559,22 @@ class _Rows:
         if isinstance(buffer, bytearray):
             if end <= _MAPPED_FROM:
                 return buffer
-            mapped = mmap.mmap(-1, max(2 * end, _MAPPED_START), flags=mmap.MAP_PRIVATE)
+            mapped = _mapping(max(2 * end, _MAPPED_START))
             mapped[: self.used] = buffer
             self.buffer = mapped
             return mapped
         if end > len(buffer) and not _resize(buffer, max(2 * len(buffer), end)):
-            larger = mmap.mmap(-1, max(2 * len(buffer), end), flags=mmap.MAP_PRIVATE)
+            larger = _mapping(max(2 * len(buffer), end))
             with memoryview(buffer) as view:
                 larger[: self.used] = view[: self.used]
             buffer.close()
             self.buffer = buffer = larger
         return buffer
+
+
+def _mapping(size: int) -> mmap.mmap:
+    """A private anonymous mapping of ``size`` bytes (pages take memory once written)."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
 
 
 def _resize(mapping: mmap.mmap, size: int) -> bool:
