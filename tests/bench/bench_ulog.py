@@ -9,8 +9,8 @@ per message), and on two generated large files (the data section of an old and o
 sample repeated with shifted timestamps); then peak memory of both readers on the modern
 logs and the large files in fresh processes (VmHWM over the imports and VmHWM itself; not
 tracemalloc's peak, which does not see our rows: they are in memory mappings) next to the
-size of the rows, the floor for both; then the cost of one
-'P' message and incremental throughput fed 249-byte chunks.
+size of the rows, the floor for both; then the cost of one 'P' message and incremental
+throughput fed 249-byte chunks.
 """
 
 from __future__ import annotations
@@ -189,9 +189,9 @@ def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
 
     Each run is a fresh process that imports numpy, pyulog and ulogstream, notes VmHWM, reads
     the file and notes VmHWM again (VmHWM is per address space, so unlike ru_maxrss it does
-    not inherit this process's peak). Run ``i`` of
-    both readers has hash seed ``i`` and environment and argv padded by the same ``i``-given
-    sizes, so both start from the same heap. The runs vary its layout, which alone moves a
+    not inherit this process's peak). Run ``i`` of both readers has hash seed ``i`` and
+    environment and argv padded by the same ``i``-given sizes, so both start from the same
+    heap. The runs vary its layout, which alone moves a
     figure by a few hundred KiB on a 3 MB log and up to 1 MiB on the large files (the sizes
     of argv and the environment shift every allocation); the median is of those layouts.
     """
