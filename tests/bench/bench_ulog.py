@@ -191,9 +191,9 @@ def peak_memory(reader: str, path: Path, runs: int) -> PeakMemory:
     the file and notes VmHWM again (VmHWM is per address space, so unlike ru_maxrss it does
     not inherit this process's peak). Run ``i`` of both readers has hash seed ``i`` and
     environment and argv padded by the same ``i``-given sizes, so both start from the same
-    heap. The runs vary its layout, which alone moves a
-    figure by a few hundred KiB on a 3 MB log and up to 1 MiB on the large files (the sizes
-    of argv and the environment shift every allocation); the median is of those layouts.
+    heap. The runs vary its layout, which alone moved a figure by a few hundred KiB on a 3 MB
+    log and up to 1 MiB on the large files while rows grew in the heap (the sizes of argv and
+    the environment shift every allocation); the median is of those layouts.
     """
     root = str(Path(__file__).resolve().parents[2])
 
