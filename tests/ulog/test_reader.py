@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -110,6 +112,47 @@ def test_iter_events_matches_the_parser_at_any_chunk_size(tmp_path: Path) -> Non
     expected = normalise(parse(data))
     for chunk_size in (1, 100, 1 << 20):
         assert normalise(iter_events(path, chunk_size=chunk_size)) == expected
+
+
+_READ_UNDER_LIMIT = """
+import resource, sys
+from ulogstream.adapters.ulog_file import read
+from ulogstream.errors import UlogstreamError
+with open("/proc/self/status") as status:
+    size = next(int(line.split()[1]) for line in status if line.startswith("VmSize")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + int(sys.argv[2]), resource.RLIM_INFINITY))
+try:
+    read(sys.argv[1])
+except UlogstreamError as err:
+    print(err)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="address-space limit: Linux")
+@pytest.mark.parametrize("room", [100_000, 600_000, 2_000_000])  # heap, then row mappings
+def test_rows_that_do_not_fit_in_memory_give_one_error_naming_the_file(
+    tmp_path: Path, room: int
+) -> None:
+    """Rows beyond the memory there is give one error saying what is short and what to do.
+
+    A process limited to ``room`` more bytes of address space than its imports take reads a
+    log of 3.7 MB of rows; no traceback.
+    """
+    w = ULogWriter(timestamp_us=1)
+    w.format("big:uint64_t timestamp;float[6] v;")
+    msg_id = w.add_logged_message("big")
+    for i in range(100_000):
+        w.data(msg_id, struct.pack("<Q6f", i, *[float(i)] * 6))
+    log = tmp_path / "big.ulg"
+    log.write_bytes(w.getvalue())
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_UNDER_LIMIT, str(log), str(room)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.startswith(f"not enough memory to read ULog file {log} whole"), done
+    assert "ulogstream export" in done.stdout
 
 
 def test_missing_file_names_the_file(tmp_path: Path) -> None:

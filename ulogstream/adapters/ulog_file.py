@@ -7,6 +7,7 @@ bytes and hands them to :class:`~ulogstream.ulog.reader.ULogReader` or
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -37,13 +38,24 @@ def read(path: str | os.PathLike[str], *, block_size: int = BLOCK_SIZE) -> ULogD
         block_size: Bytes read at a time; at least :data:`MIN_BLOCK_SIZE`.
 
     Raises:
-        UlogstreamError: The file cannot be opened or read.
+        UlogstreamError: The file cannot be opened or read, or its rows do not fit in memory.
         ULogFormatError: The file is not a ULog file (the message names the file).
     """
     path = Path(path)
     reader = ULogReader()
-    _feed_file(path, reader, max(block_size, MIN_BLOCK_SIZE))
-    return reader.result()
+    try:
+        _feed_file(path, reader, max(block_size, MIN_BLOCK_SIZE))
+        return reader.result()
+    except MemoryError:
+        raise _out_of_memory(path) from None
+
+
+def _out_of_memory(path: Path) -> UlogstreamError:
+    msg = (
+        f"not enough memory to read ULog file {path} whole (its rows are held in memory); "
+        "free memory, or stream it with iter_events or `ulogstream export`, which do not"
+    )
+    return UlogstreamError(msg)
 
 
 def _feed_file(path: Path, reader: ULogReader, block_size: int) -> None:
@@ -67,6 +79,8 @@ def _feed_file(path: Path, reader: ULogReader, block_size: int) -> None:
     except ULogFormatError as err:
         raise _named(path, err) from None
     except OSError as err:
+        if err.errno == errno.ENOMEM:  # a mapping for rows (ulogstream.ulog.reader._Rows)
+            raise _out_of_memory(path) from None
         msg = f"cannot read ULog file {path}: {err.strerror or err}"
         raise UlogstreamError(msg) from err
     finally:
