@@ -437,7 +437,8 @@ class ULogReader:
             (len(block) - size - 4,), builder.void, block, 5, (1,)
         )
         rows = builder.rows
-        start = rows.take(spans, at)
+        start = rows.used
+        rows.append(spans[at])
         timestamps: npt.NDArray[np.uint64]
         if lane.timestamp_offset is None:
             timestamps = np.zeros(count, np.uint64)
@@ -532,18 +533,6 @@ class _Rows:
         else:
             np.ndarray(rows.shape, rows.dtype, buffer, start)[:] = rows
         self.used = end
-
-    def take(self, spans: npt.NDArray[np.void], at: npt.NDArray[np.int64]) -> int:
-        """Append the rows ``spans[at]``; return where they start."""
-        start = self.used
-        end = start + len(at) * spans.itemsize
-        buffer = self._room(end)
-        if isinstance(buffer, bytearray):
-            buffer.extend(spans[at])
-        else:  # (np.take would copy all of ``spans`` first: they overlap)
-            np.ndarray((len(at),), spans.dtype, buffer, start)[:] = spans[at]
-        self.used = end
-        return start
 
     def view(self, dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
         """The rows as an array of ``dtype`` (no more rows can be added while it lives)."""
