@@ -35,7 +35,13 @@ from ulogstream.stream.reassembler import (
     SendAck,
     WriteUlog,
 )
-from ulogstream.ulog.spec import HEADER_SIZE, MESSAGE_HEADER_SIZE, MessageType, encode_dropout
+from ulogstream.ulog.spec import (
+    HEADER_SIZE,
+    MESSAGE_HEADER_SIZE,
+    MessageType,
+    encode_dropout,
+    encode_dropouts,
+)
 from ulogstream.ulog.writer import ULogWriter
 
 T = TypeVar("T")
@@ -721,3 +727,53 @@ def test_empty_packet_right_after_a_message_boundary_changes_nothing() -> None:
     outputs = feed([*renumbered[:index], empty, *renumbered[index:]], reassembler)
     assert written(outputs) == ULOG
     assert reassembler.counters.mismatches == 0
+
+
+def test_a_jump_without_an_arrival_gap_gets_a_dropout_from_the_packets_missing() -> None:
+    """Issue 21 item 7: PX4 (or the host) dropped packets; the next ones came on time."""
+    reassembler = LogStreamReassembler(reorder_packets=0)
+    step = 0.005  # 200 packets a second
+    out: list[ReassemblerOutput] = []
+    packets = packetize(make_ulog(8000))
+    for number, packet in enumerate(packets[:300]):
+        out += reassembler.receive_packet(packet, number * step)
+    for number, packet in enumerate(packets[350:], start=300):  # 50 missing, no time gap
+        out += reassembler.receive_packet(packet, number * step)
+    data = written(out)
+    durations = [
+        int.from_bytes(data[m.start + 3 : m.end], "little")
+        for m in messages(data)[1:]
+        if m.msg_type == ord("O")
+    ]
+    assert durations == [pytest.approx(50 * step * 1000, rel=0.1)]  # not ~5 ms
+
+
+def test_a_dropout_longer_than_a_uint16_of_milliseconds_is_written_as_several() -> None:
+    assert encode_dropouts(70_000) == encode_dropout(0xFFFF) + encode_dropout(70_000 - 0xFFFF)
+    assert encode_dropouts(0xFFFF) == encode_dropout(0xFFFF)
+    assert encode_dropouts(12) == encode_dropout(12)
+    assert encode_dropouts(0) == encode_dropout(0)
+
+
+def test_the_head_holds_the_header_definitions_and_every_subscription() -> None:
+    writer = ULogWriter(timestamp_us=5)
+    writer.flag_bits()
+    writer.format("a:uint64_t timestamp;float x;")
+    writer.format("b:uint64_t timestamp;float y;")
+    first = writer.add_logged_message("a")
+    for number in range(300):
+        writer.data(first, struct.pack("<Qf", number, 1.0))
+        if number == 150:
+            late = writer.add_logged_message("b", multi_id=1)  # a topic that appears later
+            writer.data(late, struct.pack("<Qf", number, 2.0))
+    log = writer.getvalue()
+    reassembler = LogStreamReassembler()
+    out: list[ReassemblerOutput] = []
+    for number, packet in enumerate(packetize(log)):
+        out += reassembler.receive_packet(packet, number * 0.001)
+    head = reassembler.head
+    assert head is not None
+    kinds = [m.msg_type for m in messages(head)[1:]]
+    assert kinds == [ord(k) for k in "BFFAA"]
+    assert head.startswith(log[: definitions_end(log)])
+    assert written(out) == log

@@ -6,7 +6,7 @@ from typing import TypeVar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from packetize import make_ulog, packetize, written
+from packetize import definitions_end, make_ulog, messages, packetize, written
 
 from ulogstream.errors import StreamProtocolError
 from ulogstream.stream.packets import (
@@ -484,6 +484,73 @@ def test_outage_longer_than_the_grace_period_ends_the_log_then_starts() -> None:
     assert session.counters.logs == 2
 
 
+def test_outage_past_the_timeout_then_the_same_logs_data_continues_it_in_a_new_file() -> None:
+    """Issue 21 item 5: a 35 s blackout; PX4 streams on; never STOP, keep the log going."""
+    session = streaming_session(data_timeout=30.0)
+    before = feed(session, PACKETS[:100], start=0.1)
+    last = 0.1 + 99 * 0.001
+    ended = run_timers(session, last + 30.0)
+    assert of_type(ended, LogEnded) == [LogEnded(LogEndReason.DATA_TIMEOUT, complete=False)]
+    assert of_type(ended, SendCommand) == [START]
+    # The link is back at 35 s: PX4 answers that it still streams (the log of before).
+    rejected = session.receive(ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED), 35.0)
+    assert rejected == []
+    assert of_type(run_timers(session, 36.0), SendCommand) == [replace(START, confirmation=1)]
+    outputs = feed(session, PACKETS[140:], start=36.05)
+    assert of_type(outputs, SendCommand) == []  # never a STOP
+    assert outputs[0] == LogStarted(123, continued=True)
+    assert state(session) is SessionState.STREAMING
+    head = ULOG[: definitions_end(ULOG)]  # header, definitions and the subscriptions
+    continued = written(outputs)
+    assert continued.startswith(head)
+    dropout = continued[len(head) : len(head) + 5]
+    assert dropout[:3] == b"\x02\x00O"
+    assert int.from_bytes(dropout[3:], "little") == pytest.approx(35_950, abs=100)
+    rest = continued[len(head) + 5 :]
+    assert ULOG.endswith(rest)  # then the log as PX4 sent it, from its next message on
+    assert len(ULOG) - len(rest) in {m.start for m in messages(ULOG)}
+    assert written(before) + rest != ULOG  # what the outage took is marked, not invented
+    assert session.counters.logs == 1  # one log, in two files
+
+
+def test_rejected_while_the_ended_log_may_come_back_stops_only_after_the_data_timeout() -> None:
+    session = streaming_session(data_timeout=10.0)
+    feed(session, PACKETS[:100], start=0.1)
+    run_timers(session, 10.2)
+    outputs: list[SessionOutput] = []
+    now = 10.5
+    while now < 20.4:
+        outputs += session.receive(ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED), now)
+        outputs += run_timers(session, now + 1.0)
+        now += 1.0
+    assert STOP not in of_type(outputs, SendCommand)  # PX4 says it streams: wait for its data
+    outputs = session.receive(ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED), 20.6)
+    assert outputs == [STOP]  # none of it came for data_timeout: that stream is not ours
+    assert state(session) is SessionState.RESTARTING
+    # The end of the log that PX4 sends after that STOP (ACKED) still goes on with the log.
+    end = replace(PACKETS[-1], needs_ack=True)
+    tail = session.receive(end, 20.7)
+    assert tail[:2] == [SendAck(end.sequence, 1, 1), LogStarted(123, continued=True)]
+    assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 20.8) == [START]
+    again = session.receive(ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED), 20.9)
+    (rejected,) = of_type(again, StreamRejected)
+    assert "another client owns the stream" in rejected.reason
+
+
+def test_data_after_an_outage_past_half_the_sequence_circle_is_a_gap_not_stale() -> None:
+    session = streaming_session(outage_after=2.0, data_timeout=60.0)
+    before = feed(session, PACKETS[:100], start=0.1)
+    run_timers(session, 3.0)
+    assert state(session) is SessionState.OUTAGE
+    # 20 s away at the USB ceiling: 42,000 packets went by, past half the uint16 circle.
+    later = [replace(p, sequence=(p.sequence + 42_000) & 0xFFFF) for p in PACKETS[100:]]
+    outputs = feed(session, later, start=20.0)
+    assert session.counters.stale == 0
+    assert of_type(outputs, PacketsLost) == [PacketsLost(later[0].sequence, 42_000)]
+    assert written(before + outputs).endswith(ULOG[-1000:])
+    assert state(session) is SessionState.STREAMING
+
+
 def test_link_back_without_data_probes_with_start_and_keeps_a_rejected_log() -> None:
     session = streaming_session(outage_after=2.0, probe_delay=1.0)
     feed(session, PACKETS[:60], start=0.1)
@@ -545,13 +612,15 @@ def test_one_log_only_another_clients_stop_ends_the_session_without_a_new_start(
     assert session.stop(1.1) == []  # nothing of ours runs: no STOP to wait for
 
 
-def test_restart_stop_in_progress_postpones_the_retry() -> None:
-    session = LoggingSession(target_system=1)
+def test_restart_stop_in_progress_means_wait_not_resend_every_second() -> None:
+    session = LoggingSession(target_system=1, stop_timeout=5.0)
     session.start(0.0)
     session.receive(ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED), 0.1)
     session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS), 0.9)
-    assert session.handle_timer(1.1) == [SendHeartbeat()]
-    assert session.handle_timer(1.9) == [replace(STOP, confirmation=1)]
+    for now in (1.1, 1.9, 2.9, 3.9, 4.9, 5.8):
+        assert not [o for o in session.handle_timer(now) if isinstance(o, SendCommand)]
+    # No ACCEPTED within stop_timeout of IN_PROGRESS: the STOP is sent once more.
+    assert session.handle_timer(5.9) == [replace(STOP, confirmation=1)]
 
 
 def test_late_timer_sends_one_heartbeat_not_a_burst() -> None:

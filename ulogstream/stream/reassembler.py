@@ -22,12 +22,26 @@ The reassembler keeps the theoretical maximum of a lossy stream and nothing else
 - A dropout ('O') message goes before the first whole message written after a loss, once the
   definitions section is over. Its duration is measured from receive times: from the packet
   that completed the last message written before the loss to the packet that completes the
-  first one after it, i.e. the span in which the loss kept us from writing. ULog timestamps
-  are not used: where a 'D' message keeps its timestamp depends on its format, which is the
-  parser's knowledge, and a gap need not be bracketed by 'D' messages at all.
+  first one after it, i.e. the span in which the loss kept us from writing. Packets that PX4
+  dropped itself, or the host dropped, leave a sequence jump without an arrival gap; then the
+  duration is the packets missing times the recent time per sequence number (measured over
+  about a second of the stream), whichever is longer. ULog timestamps are not used: where a
+  'D' message keeps its timestamp depends on its format, which is the parser's knowledge, and
+  a gap need not be bracketed by 'D' messages at all. A dropout longer than a uint16 of
+  milliseconds is written as several.
+- The log's head (file header, definitions section, and every subscription 'A'/'R' since) is
+  kept while the log is open. A log ended by the outage timeout (:meth:`end_log` with
+  ``resumable``) may go on: when data of the same stream comes back (no new packet 0), the log
+  continues in a new file that starts with the head, then a dropout for the time away
+  (:class:`LogStarted` with ``continued``). The shell also uses the head to go on in a new
+  file after a disk was full (:attr:`LogStreamReassembler.head`).
+- After an outage (:meth:`resync`) the next packet is taken whatever its distance: the stream
+  went on while nothing arrived, so a jump past half the sequence circle is a long gap, not a
+  late copy.
 
 The buffer holds at most one partial message (a uint16 size, so below 64 KiB) plus one packet;
-the reorder window at most ``reorder_packets`` packets.
+the reorder window at most ``reorder_packets`` packets; the head at most
+:data:`MAX_HEAD_BYTES`.
 """
 
 from __future__ import annotations
@@ -45,7 +59,7 @@ from ulogstream.ulog.spec import (
     MAGIC,
     MESSAGE_HEADER_SIZE,
     MessageType,
-    encode_dropout,
+    encode_dropouts,
     unpack_file_header,
     unpack_message_header,
 )
@@ -53,6 +67,18 @@ from ulogstream.ulog.spec import (
 DATA_SECTION_TYPES = frozenset(MessageType) - DEFINITION_TYPES
 """Known types that exist only in the data section: 'A' or 'L' end the definitions (spec);
 'D', 'C', 'R', 'S' and 'O' prove it ended when a loss took the first 'A' with it."""
+
+_SUBSCRIPTION_TYPES = (MessageType.ADD_LOGGED_MSG.value, MessageType.REMOVE_LOGGED_MSG.value)
+"""Data-section messages a continued log's head needs: 'D' rows are decoded by their 'A'."""
+
+MAX_HEAD_BYTES = 8 << 20
+"""Most bytes of a log's head kept for a continuation (real PX4 heads are 0.1-0.4 MB)."""
+
+RATE_WINDOW_S = 1.0
+"""Time over which the time per sequence number is measured for dropout estimates."""
+
+_RATE_MIN_PACKETS = 16
+"""Least packets in a window for its time per sequence number to count (not an outage)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +116,13 @@ class PacketsLost:
 class LogStarted:
     """A new log began (packet 0 with the ULog magic): open a new file before the next write.
 
-    ``timestamp_us`` is the file header's start time (vehicle clock).
+    ``timestamp_us`` is the file header's start time (vehicle clock). ``continued``: not a new
+    log, but the one the outage timeout ended going on (its stream came back): the next write
+    is its head again, so the new file is a valid log of its own.
     """
 
     timestamp_us: int
+    continued: bool = False
 
 
 class LogEndReason(enum.StrEnum):
@@ -222,15 +251,22 @@ class LogStreamReassembler:
     __slots__ = (
         "_buffer",
         "_data_section",
+        "_dropout_floor",
         "_dropout_pending",
         "_first_packet",
+        "_head",
         "_held",
         "_held_deadline",
         "_last_sequence",
         "_last_write_time",
         "_log_packets",
+        "_rate_mark_sequences",
+        "_rate_mark_time",
         "_reorder_packets",
         "_reorder_time",
+        "_resumable",
+        "_resync",
+        "_sequence_interval",
         "_synced",
         "accept_new_logs",
         "counters",
@@ -262,11 +298,51 @@ class LogStreamReassembler:
         """True between :class:`LogStarted` and :class:`LogEnded` (read-only for callers)."""
         self._buffer = bytearray()
         self._first_packet = b""
+        self._head: bytearray | None = bytearray()
+        """Header, definitions and subscriptions of the log (None: over MAX_HEAD_BYTES)."""
+        self._resumable = False
+        self._resync = False
         self._last_sequence = 0
         self._synced = False
         self._data_section = False
         self._dropout_pending = False
+        self._dropout_floor = 0.0
+        """Seconds the packets declared lost since the last write stood for."""
         self._last_write_time = 0.0
+        self._sequence_interval = 0.0
+        """Recent seconds per sequence number (0 until measured)."""
+        self._rate_mark_time = 0.0
+        self._rate_mark_sequences = 0
+
+    @property
+    def resumable(self) -> bool:
+        """Whether the last log, ended by the outage timeout, may go on in a new file."""
+        return self._resumable
+
+    @property
+    def head(self) -> bytes | None:
+        """The open log's head, once its data section began (None: not yet, or too large).
+
+        A new file that starts with it, then a dropout, is a valid log in which the data that
+        follows can be read.
+        """
+        if not self.log_open or not self._data_section or self._head is None:
+            return None
+        return bytes(self._head)
+
+    def resync(self) -> None:
+        """The stream was away (an outage): take its next packet whatever its sequence number."""
+        self._resync = True
+
+    def resync_done(self) -> None:
+        """The stream is back: sequence numbers are compared as usual again."""
+        self._resync = False
+
+    def forget_resumable(self) -> None:
+        """The last log will not go on (its stream does not reach us): drop its head."""
+        if self._resumable:
+            self._resumable = False
+            self._head = bytearray()
 
     def receive_packet(self, packet: LoggingPacket, now: float) -> list[ReassemblerOutput]:
         """Take one packet received at ``now``; return the outputs in the order to carry out."""
@@ -293,7 +369,10 @@ class LogStreamReassembler:
             self._receive_log_start(data, now, out)
             return
         if not self.log_open:
-            counters.ignored += 1
+            if self._resumable:  # data of the log the outage timeout ended: it goes on
+                self._resume(packet, now, out)
+            else:
+                counters.ignored += 1
             return
         if not self._held and sequence_distance(self._last_sequence, sequence) == 1:
             self._take(packet, now, out)  # the common case: the next packet, nothing held
@@ -317,6 +396,12 @@ class LogStreamReassembler:
         held = self._held
         if distance == 0 or sequence in held:
             counters.duplicates += 1
+        elif self._resync and not held:
+            # The first packet after an outage: the stream went on meanwhile, so any jump is a
+            # gap (past half the circle too: a late copy cannot trail by a whole outage).
+            self._resync = False
+            self._lose(sequence, distance - 1, out)
+            self._take(packet, now, out)
         elif distance >= NEWER_LIMIT:
             counters.stale += 1  # its gap was declared already: the bytes around it are gone
         elif distance == 1:
@@ -360,6 +445,8 @@ class LogStreamReassembler:
         """Append the next packet in sequence to the buffer and write the whole messages."""
         self._last_sequence = sequence = packet.sequence
         self._log_packets += 1
+        if now - self._rate_mark_time >= RATE_WINDOW_S:
+            self._measure_rate(now)
         data = packet.data
         length = len(data)
         offset = packet.first_message_offset
@@ -400,16 +487,62 @@ class LogStreamReassembler:
             self._synced = True
         self._frame(0, now, out)
 
-    def end_log(self, reason: LogEndReason, *, complete: bool, out: OutputSink) -> None:
-        """End the open log (if any): drop its partial message and append :class:`LogEnded`."""
+    def end_log(
+        self, reason: LogEndReason, *, complete: bool, out: OutputSink, resumable: bool = False
+    ) -> None:
+        """End the open log (if any): drop its partial message and append :class:`LogEnded`.
+
+        Args:
+            reason: Why it ended.
+            complete: Whether the vehicle confirmed the end.
+            out: Where the outputs go.
+            resumable: The stream may come back with more of this log (an outage): keep its
+                head, and continue it in a new file if its data arrives (see
+                :class:`LogStarted`).
+        """
         if not self.log_open:
+            if not resumable:
+                self.forget_resumable()
             return
         while self._held:  # what arrived beyond a gap still belongs to this log
             self._release_next_held(out)
         self.log_open = False
         self._first_packet = b""
+        # At a message boundary, a continuation that misses no packet misses nothing.
+        self._synced = self._synced and not self._buffer
         self._buffer.clear()
+        self._resumable = resumable and self._data_section and self._head is not None
+        if not self._resumable:
+            self._head = bytearray()
         out.append(LogEnded(reason, complete))
+
+    def _resume(self, packet: LoggingPacket, now: float, out: OutputSink) -> None:
+        """Data of the log the outage timeout ended: go on with it in a new file."""
+        head = self._head
+        assert head is not None  # noqa: S101 (resumable only with a head)
+        self._resumable = False
+        self._resync = False
+        self.log_open = True
+        self._buffer.clear()
+        out.append(LogStarted(unpack_file_header(head, 0)[2], continued=True))
+        self.counters.bytes_written += len(head)
+        out.append(WriteUlog(bytes(head)))
+        distance = sequence_distance(self._last_sequence, packet.sequence)
+        if distance == 0:  # the last packet taken, once more: nothing new yet
+            self.counters.duplicates += 1
+        elif distance != 1 or not self._synced:
+            self._lose(packet.sequence, distance - 1, out)
+        if distance:
+            self._take(packet, now, out)
+
+    def _measure_rate(self, now: float) -> None:
+        """Time per sequence number over the last window (skipped across an outage)."""
+        sequences = self._log_packets + self.counters.packets_lost
+        advanced = sequences - self._rate_mark_sequences
+        if advanced >= _RATE_MIN_PACKETS and now - self._rate_mark_time < 2 * RATE_WINDOW_S:
+            self._sequence_interval = (now - self._rate_mark_time) / advanced
+        self._rate_mark_time = now
+        self._rate_mark_sequences = sequences
 
     def _receive_log_start(self, data: bytes, now: float, out: OutputSink) -> None:
         if self.log_open:
@@ -426,12 +559,19 @@ class LogStreamReassembler:
             return
         self.log_open = True
         self._first_packet = data
+        self._head = bytearray()
+        self._resumable = False
+        self._resync = False
         self._last_sequence = 0
         self._log_packets = 1
         self._synced = True
         self._data_section = False
         self._dropout_pending = False
+        self._dropout_floor = 0.0
         self._last_write_time = now
+        self._sequence_interval = 0.0
+        self._rate_mark_time = now
+        self._rate_mark_sequences = 1 + self.counters.packets_lost
         self._buffer.clear()
         self._buffer += data
         self.counters.logs += 1
@@ -439,9 +579,12 @@ class LogStreamReassembler:
         self._frame(HEADER_SIZE, now, out)
 
     def _lose(self, sequence: int, count: int, out: OutputSink) -> None:
-        self.counters.gaps += 1
-        self.counters.packets_lost += count
-        out.append(PacketsLost(sequence, count))
+        if count:
+            self.counters.gaps += 1
+            self.counters.packets_lost += count
+            out.append(PacketsLost(sequence, count))
+            # The missing packets stood for this long of the log, however fast the next came.
+            self._dropout_floor += count * self._sequence_interval
         self._buffer.clear()  # its partial message continued in a lost packet
         self._synced = False
         self._dropout_pending = True
@@ -456,25 +599,38 @@ class LogStreamReassembler:
         buffer = self._buffer
         size = len(buffer)
         position = start
-        data_section = self._data_section
-        if data_section:
+        head = self._head
+        if self._data_section:
             while position + MESSAGE_HEADER_SIZE <= size:
                 end = (
                     position + MESSAGE_HEADER_SIZE + (buffer[position] | buffer[position + 1] << 8)
                 )
                 if end > size:
                     break
+                if buffer[position + 2] in _SUBSCRIPTION_TYPES and head is not None:
+                    head += buffer[position:end]
                 position = end
+            data_section = True
         else:
-            # Until the definitions section is over, look at each type to see where it ends.
+            # Until the definitions section is over, look at each type to see where it ends;
+            # everything before it is the head, as are the subscriptions after it.
+            data_section = False
             while position + MESSAGE_HEADER_SIZE <= size:
                 msg_size, msg_type = unpack_message_header(buffer, position)
                 end = position + MESSAGE_HEADER_SIZE + msg_size
                 if end > size:
                     break
-                position = end
-                if msg_type in DATA_SECTION_TYPES:
+                if not self._data_section and msg_type in DATA_SECTION_TYPES:
                     self._data_section = True
+                    if head is not None:
+                        head += buffer[:position]
+                if self._data_section and msg_type in _SUBSCRIPTION_TYPES and head is not None:
+                    head += buffer[position:end]
+                position = end
+            if not self._data_section and head is not None:
+                head += buffer[:position]
+        if head is not None and len(head) > MAX_HEAD_BYTES:
+            self._head = None  # no continuation for this log: memory stays bounded
         if not position:
             return
         chunk = bytes(buffer[:position])
@@ -482,8 +638,15 @@ class LogStreamReassembler:
         if self._dropout_pending:
             self._dropout_pending = False
             if data_section:  # the definitions section has no place for a dropout
-                chunk = encode_dropout(_dropout_ms(now - self._last_write_time)) + chunk
-                self.counters.dropouts += 1
+                lost = max(now - self._last_write_time, self._dropout_floor)
+                dropouts = encode_dropouts(_dropout_ms(lost))
+                chunk = dropouts + chunk
+                self.counters.dropouts += len(dropouts) // _DROPOUT_SIZE
+            self._dropout_floor = 0.0
         self._last_write_time = now
         self.counters.bytes_written += len(chunk)
         out.append(WriteUlog(chunk))
+
+
+_DROPOUT_SIZE = len(encode_dropouts(0))
+"""Bytes of one 'O' message."""

@@ -17,14 +17,20 @@ States and what moves between them (protocol.md, "What a correct receiver does")
     OUTAGE --data of the same log (a dropout is written) or packet 0 of a new log--> STREAMING
     OUTAGE --link back (HEARTBEAT or link_restored()) and no data for probe_delay--> START probe:
         TEMPORARILY_REJECTED keeps the log (PX4 still streams it); ACCEPTED ends it (a new log)
-    OUTAGE --no data of the log for data_timeout--> STARTING (log ended, incomplete)
+    OUTAGE --no data of the log for data_timeout--> STARTING (log ended, incomplete, resumable)
+    STARTING (resumable) --data of the ended log--> STREAMING (the log goes on in a new file)
+    STARTING (resumable) --TEMPORARILY_REJECTED--> STARTING: PX4 still streams that log, which
+        comes back with the link; STOP/START only if none of it arrives for data_timeout
     any --stop()--> STOPPING --ACCEPTED then quiet for stop_quiet, or silent stop_timeout--> ENDED
     STOPPING --abandon()--> ENDED (log ended, incomplete)
 
 Every LOGGING_DATA_ACKED copy from the autopilot addressed to us is acked first, in every state.
 Link outages never STOP a stream: PX4 keeps streaming a log through any outage shorter than its
 2.5 s ack timeout, and a STOP/START would cut the vehicle's log and block its logger
-(protocol.md, "What a correct receiver does" 7 and 8).
+(protocol.md, "What a correct receiver does" 7 and 8). An outage past ``data_timeout`` finishes
+the open log's file, but the log stays resumable: PX4 streams on through any blackout without
+ACKED packets, and its data, when it comes back, continues the log in a new file. A COMMAND_ACK
+IN_PROGRESS to a STOP means wait: it is not resent every second.
 """
 
 from __future__ import annotations
@@ -282,6 +288,8 @@ class LoggingSession:
         self._probe_at: float | None = None
         self._probed = False
         self._rejected_once = False
+        self._resume_rejected_at: float | None = None
+        """When PX4 first said it still streams the log the outage timeout ended (None: not)."""
         self._set_state(SessionState.IDLE)
 
     @property
@@ -303,6 +311,16 @@ class LoggingSession:
     def log_open(self) -> bool:
         """True while a log is being written (between LogStarted and LogEnded)."""
         return self._reassembler.log_open
+
+    @property
+    def log_head(self) -> bytes | None:
+        """The open log's header, definitions and subscriptions, to go on with it in a new file.
+
+        None before the log's data section began. A file that starts with these bytes, then a
+        dropout, then what the session writes next, is a valid log (see
+        :attr:`~ulogstream.stream.reassembler.LogStreamReassembler.head`).
+        """
+        return self._reassembler.head
 
     def start(self, now: float) -> list[SessionOutput]:
         """Begin: send a heartbeat and, once the autopilot is known, LOGGING_START.
@@ -456,7 +474,10 @@ class LoggingSession:
                 self._send_start(now, out)  # START was accepted but no stream came
         elif state is _OUTAGE:
             if now >= last + self._data_timeout:
-                self._reassembler.end_log(LogEndReason.DATA_TIMEOUT, complete=False, out=out)
+                # The file is finished, but PX4 may stream on: its data continues the log.
+                self._reassembler.end_log(
+                    LogEndReason.DATA_TIMEOUT, complete=False, out=out, resumable=True
+                )
                 self._send_start(now, out)
             elif self._probe_at is not None and now >= self._probe_at:
                 self._probe_at = None
@@ -491,6 +512,10 @@ class LoggingSession:
         if state is not _OUTAGE:
             self._probe_at = None
             self._probed = False
+        elif self._state is not _OUTAGE:
+            self._reassembler.resync()  # the stream goes on while nothing arrives
+        if state is not SessionState.STARTING:
+            self._resume_rejected_at = None
         self._state = state
         self._reassembler.accept_new_logs = state in _LOGGING_STATES
         if state not in _COMMAND_STATES:
@@ -538,6 +563,7 @@ class LoggingSession:
         state = self._state
         if state is _OUTAGE:
             if self._reassembler.log_open:  # the log's data is back (a dropout marks the gap)
+                self._reassembler.resync_done()
                 self._set_state(_STREAMING)
         elif state is SessionState.STOPPING:
             self._stop_packets += 1
@@ -593,11 +619,27 @@ class LoggingSession:
             return
         if self._state is not SessionState.STARTING:
             return  # e.g. the answer to a retry sent before the first answer arrived
+        reassembler = self._reassembler
         match result:
             case MavResult.ACCEPTED:
+                reassembler.forget_resumable()  # PX4's stream had ended: a new log begins
                 self._enter_streaming(now)
             case MavResult.IN_PROGRESS:
                 self._retry_at = now + self._retry_interval
+            case MavResult.TEMPORARILY_REJECTED if (
+                reassembler.resumable and not self._rejected_once
+            ):
+                # PX4 still streams the log the outage timeout ended: its data comes back with
+                # the link and continues it. A STOP here would cut the vehicle's log (and its
+                # SD log), so ask again, and only after data_timeout without any of it STOP
+                # (the end of the log PX4 sends after that STOP still continues it).
+                if self._resume_rejected_at is None:
+                    self._resume_rejected_at = now
+                if now - self._resume_rejected_at < self._data_timeout:
+                    self._retry_at = now + self._retry_interval
+                else:
+                    self._rejected_once = True
+                    self._restart(now, out)
             case MavResult.TEMPORARILY_REJECTED if not self._rejected_once:
                 # A stream runs already: ours from before a crash, or another client's.
                 self._rejected_once = True
@@ -613,7 +655,9 @@ class LoggingSession:
         state = self._state
         if state is SessionState.RESTARTING:
             if result == MavResult.IN_PROGRESS:
-                self._retry_at = now + self._retry_interval
+                # PX4 is sending the end of its log (stop-and-wait): wait for ACCEPTED, and
+                # resend only if it has not come within stop_timeout.
+                self._retry_at = now + self._stop_timeout
             else:
                 self._send_start(now, out)
         elif state is SessionState.STOPPING:

@@ -136,6 +136,12 @@ def encode_dropout(duration_ms: int) -> bytes:
     )
 
 
+def encode_dropouts(duration_ms: int) -> bytes:
+    """Encode ``duration_ms`` as 'O' messages: one, or several where a uint16 is too short."""
+    whole, rest = divmod(max(0, duration_ms), 0xFFFF)
+    return encode_dropout(0xFFFF) * whole + (encode_dropout(rest) if rest or not whole else b"")
+
+
 def log_level_name(level: int) -> str:
     """Name a log level byte ('0'..'7' as ASCII); unknown values are shown as numbers."""
     return LOG_LEVEL_NAMES.get(level, str(level))
