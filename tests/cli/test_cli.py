@@ -241,8 +241,8 @@ def test_export_rosbag_and_mcap_write_their_file_once(
     # The log's corrupt stretch is exported around, and said.
     assert err.splitlines() == [
         (
-            f"ulogstream: warning: {log}: skipped 6 corrupt bytes at byte 278:"
-            " message header with a zero type or size"
+            f"ulogstream: warning: {log}: skipped 6 corrupt bytes in 1 region, the first at"
+            " byte 278: message header with a zero type or size"
         )
     ]
     assert out.startswith(f"wrote {out_file}: 1 topics, 11 messages")
@@ -281,6 +281,93 @@ def test_export_refuses_two_outputs_or_none(
         main(["export", str(log), *outputs])
     _, err = capsys.readouterr()
     _assert_one_error_line(int(str(info.value.code)), err, "one output")
+
+
+@pytest.mark.parametrize(
+    ("name", "magic"), [("out.mcap", b"\x89MCAP0\r\n"), ("out.bag", b"#ROSBAG")]
+)
+def test_export_takes_the_format_from_the_extension(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, magic: bytes
+) -> None:
+    """Issue 21 item 11: ``export FILE out.mcap`` writes MCAP, not a CSV folder named out.mcap."""
+    log = _small_log(tmp_path / "small.ulg")
+    status, out, _ = _run(capsys, "export", str(log), str(tmp_path / name))
+    assert status == 0
+    assert out.startswith(f"wrote {tmp_path / name}: ")
+    assert (tmp_path / name).read_bytes().startswith(magic)
+
+
+def test_export_refuses_an_extension_that_names_no_format(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = _small_log(tmp_path / "small.ulg")
+    status, _, err = _run(capsys, "export", str(log), str(tmp_path / "out.json"))
+    _assert_one_error_line(status, err, "cannot tell the export format", "--format")
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_export_warns_when_the_format_and_the_extension_disagree(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = _small_log(tmp_path / "small.ulg")
+    out_file = tmp_path / "x.mcap"
+    status, _, err = _run(capsys, "export", str(log), "--format", "rosbag", str(out_file))
+    assert status == 0
+    assert f"warning: writing rosbag to {out_file}, whose extension says mcap" in err
+    assert out_file.read_bytes().startswith(b"#ROSBAG V2.0\n")  # as asked
+
+
+def noisy_log(path: Path) -> Path:
+    """A log whose 'A' message for topic ``t`` was overwritten by 4 KiB of noise."""
+    writer = ULogWriter(timestamp_us=1_000_000)
+    writer.flag_bits()
+    writer.format("t:uint64_t timestamp;float x;")
+    writer.format("u:uint64_t timestamp;float y;")
+    kept = writer.add_logged_message("u")
+    before = len(writer.getvalue())
+    lost = writer.add_logged_message("t")
+    after = len(writer.getvalue())
+    for i in range(256):
+        writer.data(lost, (2_000_000 + i * 1000).to_bytes(8, "little") + bytes(4))
+        for j in range(3):  # a real log's other topics, between two rows of the lost one
+            writer.data(kept, (2_000_000 + i * 1000 + j).to_bytes(8, "little") + bytes(4))
+    log = writer.getvalue()
+    noise = bytes((i * 7 + 3) % 256 for i in range(4096))  # no valid message in it
+    path.write_bytes(log[:before] + noise + log[after:])
+    return path
+
+
+def test_info_counts_data_without_its_subscription_apart_from_damage(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 21 item 12: noise took an 'A' message; its 256 rows are not 256 damaged regions."""
+    log = noisy_log(tmp_path / "noisy.ulg")
+    status, out, _ = _run(capsys, "info", str(log))
+    assert status == 0
+    # The noise, and the first row after it: resynchronising takes two plausible messages in
+    # a row, and a row without its subscription cannot be told from noise.
+    assert "Corruption: 1 region(s), 4113 bytes skipped, at offsets 130\n" in out
+    assert "Data without subscription: 255 message(s) (msg_id 1: 255)" in out
+    assert " u (0, 12)                                               768" in out
+
+
+@pytest.mark.parametrize("kind", ["csv", "mcap", "rosbag"])
+def test_exports_summarise_their_warnings(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str
+) -> None:
+    log = noisy_log(tmp_path / "noisy.ulg")
+    out_path = tmp_path / {"csv": "csv", "mcap": "out.mcap", "rosbag": "out.bag"}[kind]
+    status, _, err = _run(capsys, "export", str(log), str(out_path))
+    assert status == 0
+    lines = err.splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith(
+        f"ulogstream: warning: {log}: skipped 4113 corrupt bytes in 1 region"
+    )
+    assert lines[1].startswith(
+        f"ulogstream: warning: {log}: skipped 255 data messages without a subscription"
+        " (msg_id 1: 255; their 'A' message was lost), the first at byte "
+    )
 
 
 def test_export_warns_about_corruption_on_stderr(
@@ -424,7 +511,7 @@ def test_info_agrees_with_pyulog_on_the_sample_logs(shared_ulg_files: list[Path]
     for log in shared_ulg_files:
         summary = summarize(log)
         ulog = ULog(str(log))
-        if ulog.file_corruption or summary.corruption:
+        if ulog.file_corruption or summary.problems:
             continue  # the parsers recover differently (see tests/ulog)
         assert summary.start_us == ulog.start_timestamp, log.name
         assert summary.last_us == ulog.last_timestamp, log.name

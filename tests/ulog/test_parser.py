@@ -24,6 +24,7 @@ from ulogstream.errors import ULogFormatError, UlogstreamError
 from ulogstream.ulog.events import (
     Corruption,
     DataRows,
+    DataWithoutSubscription,
     DefinitionsEnd,
     Dropout,
     FileHeader,
@@ -227,7 +228,7 @@ def test_topic_without_timestamp_warns_and_reads_zero() -> None:
     assert timestamps_of(events, "t") == [0]
 
 
-def test_remove_logged_message_then_data_is_corruption() -> None:
+def test_remove_logged_message_then_data_is_data_without_subscription() -> None:
     w = minimal_writer()
     msg_id = w.add_logged_message("t")
     w.data(msg_id, struct.pack("<Qi", 1, 1))
@@ -237,9 +238,9 @@ def test_remove_logged_message_then_data_is_corruption() -> None:
     events = parse(w.getvalue())
     assert of_type(events, Unsubscription) == [Unsubscription(msg_id)]
     assert timestamps_of(events, "t") == [1]
-    (corruption,) = of_type(events, Corruption)
-    assert "no subscription" in corruption.reason
-    assert corruption.skipped == 3 + 2 + 12
+    assert of_type(events, Corruption) == []  # a whole message, not damage
+    (orphan,) = of_type(events, DataWithoutSubscription)
+    assert orphan.msg_id == msg_id
 
 
 def test_resubscribed_msg_id_uses_new_format() -> None:

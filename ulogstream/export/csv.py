@@ -41,13 +41,12 @@ import numpy.typing as npt
 from ulogstream.errors import UlogstreamError
 from ulogstream.ulog.dtypes import NUMPY_TYPES
 from ulogstream.ulog.events import (
-    Corruption,
     DataRows,
     FormatDefined,
     Subscription,
-    Truncated,
 )
 from ulogstream.ulog.parser import ULogParser
+from ulogstream.ulog.problems import Problems
 from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES
 
 if TYPE_CHECKING:
@@ -212,7 +211,7 @@ class _CsvWriter:
         self.instances: dict[tuple[str, int], _Instance] = {}
         self.open_files: OrderedDict[Path, TextIO] = OrderedDict()
         self.rows = 0
-        self.problems: list[str] = []
+        self.damage = Problems()
 
     def handle(self, event: object) -> None:
         match event:
@@ -222,12 +221,8 @@ class _CsvWriter:
                 self.formats[event.name] = event
             case Subscription():
                 self.subscribe(event)
-            case Corruption(offset, skipped, reason):
-                self.problems.append(f"skipped {skipped} corrupt bytes at {offset}: {reason}")
-            case Truncated(offset, size):
-                self.problems.append(f"the log ends in a {size}-byte partial message at {offset}")
             case _:
-                pass
+                self.damage.add(event)
 
     def subscribe(self, event: Subscription) -> None:
         key = (event.name, event.multi_id)
@@ -342,7 +337,7 @@ def export_csv(
     finally:
         writer.close()
     files = {key: inst.path for key, inst in writer.instances.items() if inst.started}
-    return CsvExportSummary(src, directory, files, writer.rows, tuple(writer.problems))
+    return CsvExportSummary(src, directory, files, writer.rows, tuple(writer.damage.lines()))
 
 
 def _read_events(src: Path, *, chunk_size: int) -> Iterator[tuple[list[object], int, int]]:

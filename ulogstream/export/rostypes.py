@@ -22,20 +22,18 @@ from rosbags.typesys import Stores, TypesysError, get_types_from_msg, get_typest
 from ulogstream.errors import ULogFormatError, UlogstreamError
 from ulogstream.ulog.dtypes import nested_dtype
 from ulogstream.ulog.events import (
-    Corruption,
     DataRows,
     FileHeader,
     FormatDefined,
     Info,
     LoggedString,
     Parameter,
-    ParserWarning,
     Subscription,
-    Truncated,
     ULogEvent,
 )
 from ulogstream.ulog.gps_time import GPS_UTC_TOPICS, first_gps_fix
 from ulogstream.ulog.parser import ULogParser
+from ulogstream.ulog.problems import Problems
 from ulogstream.ulog.spec import PADDING_PREFIX, TYPE_SIZES
 
 if TYPE_CHECKING:
@@ -483,9 +481,10 @@ class ExportSummary:
         log_messages: Logged strings written to :data:`LOG_TOPIC`.
         parameter_messages: Parameter values written to :data:`PARAMETER_TOPIC`.
         clock: How ULog timestamps were mapped to wall-clock time.
-        problems: The first :data:`MAX_PROBLEMS` things the parser reported or the export
-            skipped (corrupt bytes, a truncated end, a format ROS cannot express).
-        problem_count: How many there were in all.
+        problems: What the parser reported, one line per kind (corrupt bytes, data without
+            a subscription, a truncated end), then the first :data:`MAX_PROBLEMS` things the
+            export skipped (a format ROS cannot express).
+        problem_count: How many lines there were in all.
     """
 
     source: Path
@@ -596,7 +595,10 @@ class _RosExport:
         self.log_messages = 0
         self.parameter_messages = 0
         self.problems: list[str] = []
+        """What the export itself skipped (a format ROS cannot express, a renamed topic)."""
         self.problem_count = 0
+        self.damage = Problems()
+        """What the parser reported about the log, summed up."""
         self._time = message_class(store, "builtin_interfaces/msg/Time")
         self._parameter = message_class(store, PARAMETER_TYPE)
         self._log = message_class(store, LOG_TYPES[version])
@@ -623,14 +625,8 @@ class _RosExport:
                 self.parameter(event)
             case Info(key=key, value=value):
                 self.sink.add_info(key, value if isinstance(value, str) else repr(value))
-            case Corruption(offset=offset, skipped=skipped, reason=reason):
-                self.problem(f"skipped {skipped} corrupt bytes at byte {offset}: {reason}")
-            case Truncated(offset=offset, size=size):
-                self.problem(f"log ends {size} bytes into a message at byte {offset}")
-            case ParserWarning(offset=offset, text=text):
-                self.problem(f"{text} (at byte {offset})")
             case _:
-                pass
+                self.damage.add(event)
 
     def instance(self, subscription: Subscription) -> _Instance | None:
         key = (subscription.name, subscription.multi_id)
@@ -756,8 +752,8 @@ def export_ros(
         log_messages=state.log_messages,
         parameter_messages=state.parameter_messages,
         clock=clock,
-        problems=tuple(state.problems),
-        problem_count=state.problem_count,
+        problems=(*state.damage.lines(), *state.problems),
+        problem_count=len(state.damage.lines()) + state.problem_count,
     )
 
 

@@ -222,6 +222,18 @@ class Corruption:
 
 
 @dataclass(frozen=True, slots=True)
+class DataWithoutSubscription:
+    """A well-formed 'D' message whose ``msg_id`` has no subscription: its row cannot be read.
+
+    Its 'A' message was lost (damage, a dropout before it); the message is skipped whole, and it
+    is no damage of its own: readers count these apart from :class:`Corruption`.
+    """
+
+    offset: int
+    msg_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Truncated:
     """The stream ended ``size`` bytes into a message at ``offset``; that tail was discarded."""
 
@@ -253,6 +265,7 @@ ULogEvent = (
     | Dropout
     | DefinitionsEnd
     | Corruption
+    | DataWithoutSubscription
     | Truncated
     | ParserWarning
 )

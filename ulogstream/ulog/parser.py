@@ -25,6 +25,7 @@ from ulogstream.ulog.dtypes import CompiledFormat, TimestampField, compile_forma
 from ulogstream.ulog.events import (
     Corruption,
     DataRows,
+    DataWithoutSubscription,
     DefinitionsEnd,
     FileHeader,
     FlagBits,
@@ -552,8 +553,16 @@ class ULogParser:
         if topic is None:
             if msg_id in self._ignored_ids:
                 return nxt
-            reason = f"'D' message for msg_id {msg_id}, which has no subscription"
-            return self._bad_or_wait(buf, pos, nxt, reason, events, final=final)
+            following = self._plausible(buf, nxt)
+            if following == -2 and not final:  # noqa: PLR2004
+                return -1
+            if following == -1:  # not a message after all: damage
+                reason = f"'D' message for msg_id {msg_id}, which has no subscription"
+                return self._bad(pos, reason)
+            if self._ordered:
+                self._flush(events)
+            events.append(DataWithoutSubscription(self._base + pos, msg_id))
+            return nxt
         if size - 2 in (topic.wire, topic.compiled.size):
             self._batch[msg_id].append(buf[pos + 5 : pos + 5 + topic.wire])
             return nxt

@@ -23,6 +23,7 @@ from ulogstream.ulog.dtypes import compile_format
 from ulogstream.ulog.events import (
     Corruption,
     DataRows,
+    DataWithoutSubscription,
     Dropout,
     FileHeader,
     FlagBits,
@@ -120,6 +121,7 @@ class ULogData:
         topics: Rows per topic instance, in subscription order (subscribed instances without
             data have empty arrays).
         corruption: Byte ranges skipped as corrupt.
+        data_without_subscription: 'D' messages skipped because their 'A' was lost, per msg_id.
         warnings: What the parser noticed (unknown message types, ignored definitions...).
         truncated: The partial message the file ended in, if any.
         start_timestamp_us: The header timestamp.
@@ -138,6 +140,7 @@ class ULogData:
     dropouts: list[Dropout]
     topics: dict[tuple[str, int], TopicData]
     corruption: list[Corruption]
+    data_without_subscription: dict[int, int]
     warnings: list[ParserWarning]
     truncated: Truncated | None
     start_timestamp_us: int
@@ -379,7 +382,7 @@ class ULogReader:
                 mapped = self._file_offset(event.offset)
                 text = event.text.replace(f"(at byte {event.offset})", f"(at byte {mapped})")
                 collector.add(ParserWarning(mapped, text))
-            elif isinstance(event, Corruption | Truncated):
+            elif isinstance(event, Corruption | Truncated | DataWithoutSubscription):
                 mapped = self._file_offset(event.offset)
                 collector.add(dataclasses.replace(event, offset=mapped))
             else:
@@ -685,6 +688,7 @@ class _Collector:
         self.topics: dict[tuple[str, int], _TopicBuilder] = {}
         self.by_msg_id: dict[int, _TopicBuilder] = {}
         self.corruption: list[Corruption] = []
+        self.data_without_subscription: dict[int, int] = {}
         self.warnings: list[ParserWarning] = []
         self.truncated: Truncated | None = None
 
@@ -725,6 +729,9 @@ class _Collector:
                 self.flag_bits = event
             case Corruption():
                 self.corruption.append(event)
+            case DataWithoutSubscription(_, msg_id):
+                counts = self.data_without_subscription
+                counts[msg_id] = counts.get(msg_id, 0) + 1
             case ParserWarning():
                 self.warnings.append(event)
             case Truncated():
@@ -776,6 +783,7 @@ class _Collector:
             dropouts=self.dropouts,
             topics=topics,
             corruption=self.corruption,
+            data_without_subscription=self.data_without_subscription,
             warnings=self.warnings,
             truncated=self.truncated,
             start_timestamp_us=self.header.timestamp_us,
