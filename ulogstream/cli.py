@@ -14,6 +14,7 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, ClassVar, NoReturn, Protocol, TextIO
 
 from ulogstream import __version__
 from ulogstream.adapters.connection import parse_connection
+from ulogstream.adapters.file_sink import MB
 from ulogstream.adapters.sd_notify import Notifier
 from ulogstream.config import (
     COMMAND_LINE,
@@ -41,7 +43,6 @@ from ulogstream.daemon import (
 from ulogstream.errors import ConfigError, ULogFormatError, UlogstreamError
 from ulogstream.ulog.dtypes import compile_format
 from ulogstream.ulog.events import (
-    Corruption,
     DataRows,
     Dropout,
     FileHeader,
@@ -57,6 +58,7 @@ from ulogstream.ulog.events import (
     Truncated,
     ULogEvent,
 )
+from ulogstream.ulog.problems import Problems
 from ulogstream.ulog.spec import log_level_name
 
 if TYPE_CHECKING:
@@ -138,8 +140,7 @@ class LogSummary:
     default_parameters: list[ParameterDefault] = field(default_factory=list)
     logged: list[LoggedString] = field(default_factory=list)
     dropouts: list[Dropout] = field(default_factory=list)
-    corruption: list[Corruption] = field(default_factory=list)
-    truncated: Truncated | None = None
+    problems: Problems = field(default_factory=Problems)
     topics: dict[tuple[str, int], TopicSummary] = field(default_factory=dict)
 
     def add(self, event: ULogEvent) -> None:
@@ -169,17 +170,13 @@ class LogSummary:
                 self.logged.append(event)
             case Dropout():
                 self.dropouts.append(event)
-            case Corruption():
-                self.corruption.append(event)
-            case Truncated():
-                self.truncated = event
             case FormatDefined():
                 self.formats[event.name] = event
             case Subscription(_, multi_id, name, dtype):
                 if (name, multi_id) not in self.topics:
                     self.topics[name, multi_id] = TopicSummary(self._wire_size(name, dtype))
             case _:
-                pass
+                self.problems.add(event)
 
     def _wire_size(self, name: str, dtype: np.dtype[np.void]) -> int:
         """Bytes of one sample in the file: PX4 leaves out the trailing padding."""
@@ -378,20 +375,30 @@ def _write_problems(summary: LogSummary, out: TextIO) -> None:
         )
     else:
         out.write("Dropouts: none\n")
-    if summary.corruption:
-        skipped = sum(c.skipped for c in summary.corruption)
-        offsets = ", ".join(str(c.offset) for c in summary.corruption[:10])
-        more = ", ..." if len(summary.corruption) > 10 else ""  # noqa: PLR2004
+    problems = summary.problems
+    if problems.corruption:
+        offsets = ", ".join(str(c.offset) for c in problems.corruption[:10])
+        more = ", ..." if len(problems.corruption) > 10 else ""  # noqa: PLR2004
         out.write(
-            f"Corruption: {len(summary.corruption)} region(s), {skipped} bytes skipped,"
-            f" at offsets {offsets}{more}\n"
+            f"Corruption: {len(problems.corruption)} region(s), {problems.corrupt_bytes} bytes"
+            f" skipped, at offsets {offsets}{more}\n"
         )
     else:
         out.write("Corruption: none\n")
-    if summary.truncated is not None:
+    if problems.data_without_subscription:
+        ids = ", ".join(
+            f"msg_id {msg_id}: {count}"
+            for msg_id, count in sorted(problems.data_without_subscription.items())
+        )
         out.write(
-            f"Truncated: the log ends {summary.truncated.size} bytes into a message at offset"
-            f" {summary.truncated.offset}\n"
+            f"Data without subscription: {problems.rows_without_subscription} message(s)"
+            f" ({ids}), not readable: their 'A' message was lost\n"
+        )
+    truncated = problems.truncated
+    if truncated is not None:
+        out.write(
+            f"Truncated: the log ends {truncated.size} bytes into a message at offset"
+            f" {truncated.offset}\n"
         )
 
 
@@ -477,7 +484,7 @@ def _configure_params(parser: argparse.ArgumentParser) -> None:
 
 def _run_params(args: argparse.Namespace) -> int:
     summary = summarize(args.file)
-    _warn_truncated(args.file, summary.truncated)
+    _warn_truncated(args.file, summary.problems.truncated)
     if not (summary.initial_parameters or summary.changed_parameters or summary.default_parameters):
         _warn(f"{args.file}: no parameters")
     show_all = bool(args.all)
@@ -527,19 +534,48 @@ def _configure_export(parser: argparse.ArgumentParser) -> None:
         "-f",
         "--format",
         choices=EXPORT_FORMATS,
-        default="csv",
-        help="csv: one file per topic instance, as pyulog's ulog2csv (default);"
-        " rosbag: a ROS 1 bag; mcap: an MCAP file with ROS 2 messages",
+        help="csv: one file per topic instance, as pyulog's ulog2csv; rosbag: a ROS 1 bag;"
+        " mcap: an MCAP file with ROS 2 messages (default: from OUT's extension, .bag or .mcap;"
+        " csv for a folder)",
     )
     where = "csv: the output directory (created if missing); rosbag/mcap: the file to create"
     parser.add_argument("output", type=Path, nargs="?", metavar="OUT", help=where)
     parser.add_argument("-o", "--out", type=Path, help=f"the same as OUT ({where})")
 
 
+EXTENSION_FORMATS = {".mcap": "mcap", ".bag": "rosbag"}
+"""The export format an output file's extension names."""
+
+
+def export_format(chosen: str | None, dst: Path) -> str:
+    """The format to write ``dst`` in: ``--format``, else the one its extension names.
+
+    Raises:
+        CliError: No ``--format`` and an extension that names no format (``out.json``).
+    """
+    named = EXTENSION_FORMATS.get(dst.suffix.lower())
+    if chosen is None:
+        if named is not None:
+            return named
+        if dst.suffix and not dst.is_dir():
+            msg = (
+                f"cannot tell the export format from {dst.name!r}: name a .mcap or .bag file,"
+                " or a folder for CSV, or choose one with --format csv|rosbag|mcap"
+            )
+            raise CliError(msg)
+        return "csv"
+    if named is not None and named != chosen:
+        _warn(f"writing {chosen} to {dst}, whose extension says {named}")
+    elif chosen == "csv" and dst.suffix.lower() == ".csv" and not dst.is_dir():
+        _warn(f"CSV export writes a folder of files: {dst} is created as a folder")
+    return chosen
+
+
 def _run_export(args: argparse.Namespace) -> int:
     src: Path = args.file
     dst: Path = args.output if args.output is not None else args.out
     _check_readable(src)
+    args.format = export_format(args.format, dst)
     if args.format != "csv" and dst.exists():
         msg = f"{dst} already exists (remove it or choose another --out)"
         raise CliError(msg)
@@ -565,6 +601,8 @@ def _run_export(args: argparse.Namespace) -> int:
             )
             for problem in summary.problems:
                 _warn(f"{src}: {problem}")
+            if summary.problem_count > len(summary.problems):
+                _warn(f"{src}: ... and {summary.problem_count - len(summary.problems)} more")
             if not summary.data_messages:
                 _warn(f"{src}: no data messages were exported (the log holds none)")
     except ULogFormatError as err:
@@ -599,6 +637,8 @@ class _RosSummary(Protocol):
     def parameter_messages(self) -> int: ...
     @property
     def problems(self) -> tuple[str, ...]: ...
+    @property
+    def problem_count(self) -> int: ...
 
 
 class _RosExporter(Protocol):
@@ -821,6 +861,22 @@ def check_output_dir(path: Path) -> None:
         raise CliError(msg) from err
 
 
+def warn_if_disk_full(path: Path, min_free_mb: int) -> None:
+    """Warn at start-up when ``path``'s disk is already under ``recording.min_free_mb``."""
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return
+    if free < min_free_mb * MB:
+        logging.getLogger("ulogstream").warning(
+            "only %d MB free on %s (recording.min_free_mb = %d): logs are not written until "
+            "space is freed (the vehicle's stream is still acked)",
+            free // MB,
+            path,
+            min_free_mb,
+        )
+
+
 def os_error_text(err: OSError) -> str:
     """The cause of ``err`` in words, without ``[Errno N]`` or the path."""
     reasons = {
@@ -846,6 +902,7 @@ def _run_recorder(settings: Settings, *, once: bool, status_line: bool) -> int:
     with Notifier() as notifier:
         recorder = Recorder(settings, once=once, status_stream=status, notifier=notifier)
         check_output_dir(settings.recording.out_dir)  # after the settings' own checks
+        warn_if_disk_full(settings.recording.out_dir, settings.recording.min_free_mb)
         code = asyncio.run(recorder.run())
     sys.stdout.write("".join(f"{line}\n" for line in exit_summary(recorder)))
     return code
@@ -862,6 +919,10 @@ def exit_summary(recorder: Recorder) -> list[str]:
         f" {status.packets_lost} lost in {_plural(status.gaps, 'gap')},"
         f" {_plural(status.dropouts, 'dropout')} marked"
     )
+    if status.bytes_not_written:
+        first += (
+            f", {status.bytes_not_written / 1e6:.2f} MB not written: the disk was full or too slow"
+        )
     lines = [first]
     lines += [f"  {log.path}" for log in finished[-10:]]
     if len(finished) > 10:  # noqa: PLR2004

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 from ulogstream.adapters.connection import load_signing_key, open_transport, parse_connection
 from ulogstream.adapters.file_sink import (
     FinishedLog,
+    RecoveredFile,
     UlgFileSink,
     recover_partial_files,
 )
@@ -32,17 +33,19 @@ from ulogstream.adapters.log_files import (
     DiskFull,
     FileEvent,
     FinishFailed,
+    LogDiscarded,
     LogFailed,
     LogFiles,
     LogFinished,
     LogOpened,
 )
+from ulogstream.adapters.logbook import Logbook
 from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
 from ulogstream.adapters.serial_transport import SerialTransport
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, recalled_sys_uuid
 from ulogstream.config import MqttSettings, Settings, link_name, mqtt_password
-from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UlogstreamError
+from ulogstream.errors import ConfigError, LinkError, ULogFormatError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.stream import (
     FramingMismatch,
@@ -65,6 +68,7 @@ from ulogstream.stream import (
 )
 from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1
 from ulogstream.ulog.parser import RowSelection, ULogParser, no_rows
+from ulogstream.ulog.spec import encode_dropouts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
@@ -141,8 +145,18 @@ UPLOAD_WAIT_S = 5.0
 
 Short: the systemd unit allows 15 s for a whole stop (TimeoutStopSec), the stream's end first."""
 
+DISK_RETRY_S = 5.0
+"""While the disk is full, how often a new file is tried for the log that goes on streaming."""
+
 RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
 """Seconds before a failed side task (status, MQTT) is started again (the last one repeats)."""
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Signals that stop a recording with the handshake: SIGHUP too (a closed terminal, a dropped
+SSH session), which would otherwise end the process at once and leave the ``.part``."""
+
+RECOVERED_HOW = "incomplete: recovered after an interrupted recording"
+"""How a log recovered at start-up ended, for its announcement and upload."""
 
 
 @dataclass(slots=True)
@@ -175,6 +189,12 @@ class RecorderStatus:
     mismatches: int = 0
     bad_frames: int = 0
     link_reconnects: int = 0
+    bytes_not_written: int = 0
+    """Bytes of the stream that are not on disk: the disk was full (or far too slow)."""
+    disk_full: bool = False
+    """The log's file was ended by a full disk; recording goes on once space is freed."""
+    logs_discarded: int = 0
+    """Logs that ended without data (PX4 stopped its stream during the header): no file."""
     parser_errors: int = 0
     rows_decoded: int = 0
     """Logged rows decoded for live consumers (none when only recording)."""
@@ -283,8 +303,11 @@ class Pipeline:
         self.rejected_at: float | None = None
         self.ended = asyncio.Event()
         """Set when the session is over (after :meth:`stop`)."""
-        self.fatal: UlogstreamError | None = None
-        """An error that ends the recorder (disk full); the daemon stops the stream."""
+        self._disk_full_since: float | None = None
+        """When a full disk ended the log's file (None: the disk takes data)."""
+        self._disk_retry_at: float | None = None
+        self._finished_dropped = 0
+        """Bytes the disk guard dropped from logs already finished."""
         self.on_log_finished: Callable[[FinishedLog, str], None] | None = None
         """Called with each finished log and how it ended (announcement and upload)."""
 
@@ -338,12 +361,37 @@ class Pipeline:
         self.execute(self.session.abandon(), now)
 
     def timer(self, now: float) -> None:
-        """Run what is due: session timers, file hand-over, held MQTT samples."""
+        """Run what is due: session timers, file hand-over, held MQTT samples, a full disk."""
         deadline = self.session.next_deadline()
         if deadline is not None and now >= deadline:
             self.execute(self.session.handle_timer(now), now)
+        if self._disk_retry_at is not None and now >= self._disk_retry_at:
+            self._disk_retry_at = None
+            self._continue_after_disk_full(now)
         self.files.flush_due(now)
         self._flush_held(now)
+
+    @property
+    def disk_full(self) -> bool:
+        """Whether a full disk ended the log's file and no new one could be opened yet."""
+        return self._disk_full_since is not None
+
+    def _continue_after_disk_full(self, now: float) -> None:
+        """Try a new file for the log that streams on: its head, a dropout, then its data."""
+        since = self._disk_full_since
+        if since is None or self.files.log_open:
+            return
+        if not self.session.log_open:  # that log ended meanwhile: the next one tries the disk
+            self._disk_full_since = None
+            self.status.disk_full = False
+            return
+        head = self.session.log_head
+        if head is None:  # still in its definitions: a dropout cannot go there yet
+            self._disk_retry_at = now + DISK_RETRY_S
+            return
+        self._log_id = self.files.start_log(continues=True)
+        self.files.write(head)
+        self.files.write(encode_dropouts(round((now - since) * 1000)))
 
     def _flush_held(self, now: float, *, due_only: bool = False) -> None:
         """Held samples of paused topics and pending status updates to the live outlets.
@@ -366,7 +414,11 @@ class Pipeline:
 
     def next_deadline(self) -> float | None:
         """The earliest time :meth:`timer` has something to do."""
-        deadlines = [self.session.next_deadline(), self.files.next_flush_deadline()]
+        deadlines = [
+            self.session.next_deadline(),
+            self.files.next_flush_deadline(),
+            self._disk_retry_at,
+        ]
         if self.publisher is not None:
             deadlines.append(self.publisher.policy.next_deadline())
         if self.foxglove is not None:
@@ -392,8 +444,8 @@ class Pipeline:
                     )
                 case SendHeartbeat():
                     self._send(self.codec.encode_heartbeat())
-                case LogStarted(timestamp_us):
-                    self._log_started(timestamp_us, now)
+                case LogStarted(timestamp_us, continued):
+                    self._log_started(timestamp_us, now, continued=continued)
                 case LogEnded():
                     self._log_ended(output, now)
                 case PacketsLost(sequence, count):
@@ -601,11 +653,14 @@ class Pipeline:
                 stats.samples += count.samples
                 stats.last_timestamp_us = count.last_timestamp_us
 
-    def _log_started(self, timestamp_us: int, now: float) -> None:
+    def _log_started(self, timestamp_us: int, now: float, *, continued: bool = False) -> None:
         self._close_parser(now)
         self.status.topics.clear()
         self._parser = self._new_parser()
-        self._log_id = self.files.start_log()  # the file is created by the worker, in order
+        # The file is created by the worker, in order. A log cut short by a full disk gets its
+        # new file here too: with the head the session writes first, a new file takes it all.
+        self._disk_retry_at = None
+        self._log_id = self.files.start_log(continues=continued)
         self._log_timestamp_us = timestamp_us
         # Now, before any of the log is decoded: the file's name comes later from the worker,
         # and a policy reset then would forget the topics already subscribed. One wall-clock
@@ -641,9 +696,24 @@ class Pipeline:
                     logger.info("rotation deleted %s", old)
                 logger.info("recording %s", path)
                 if current:
+                    if self._disk_full_since is not None:
+                        logger.info("disk space is back: the log goes on in %s", path.name)
+                        self._disk_full_since = None
+                        status.disk_full = False
+                        status.error = None
                     status.log_path = path
                     self._publish_log_started(path)
+            case LogDiscarded(_, discarded):
+                status.logs_discarded += 1
+                logger.info(
+                    "no log file kept for %s: the stream ended before any data (the vehicle "
+                    "stopped it during the header; its parameters come again in the next log)",
+                    discarded.part_path.name,
+                )
+                if status.log_path == discarded.part_path:
+                    status.log_path = None
             case LogFinished(_, finished, how):
+                self._finished_dropped += finished.dropped_bytes
                 status.finished.append(finished)
                 status.logs_finished += 1
                 if status.log_path == finished.path.with_name(finished.path.name + ".part"):
@@ -659,12 +729,21 @@ class Pipeline:
                     status.log_path = None
                     if path is None:
                         self._publish_log_started(None)
-            case DiskFull(_, error):
-                logger.error("%s", error)
+            case DiskFull(log_id, error):
+                # Only the log's file ends; the stream goes on being acked (never a STOP), and
+                # a new file takes it up once space is freed (rotation may make room).
+                now = time.monotonic()
+                if self._disk_full_since is None:
+                    logger.error("%s", error)
+                    self._disk_full_since = now
                 status.error = str(error)
-                if self.fatal is None:
-                    self.fatal = error
-                    self.stop(time.monotonic())
+                status.disk_full = True
+                status.state = "disk full"
+                if log_id == self._log_id and self.files.log_open:
+                    self.files.finish_log("incomplete: disk full")
+                    status.log_path = None
+                if self._disk_retry_at is None:
+                    self._disk_retry_at = now + DISK_RETRY_S
 
     def _publish_log_started(self, path: Path | None) -> None:
         """The worker opened the log's file (or could not): its name goes into the status."""
@@ -688,6 +767,10 @@ class Pipeline:
         status.mismatches = counters.mismatches
         status.bytes_total = counters.bytes_written
         status.log_bytes = self.files.log_bytes if self.files.log_open else 0
+        files = self.files
+        status.bytes_not_written = (
+            files.bytes_dropped + files.bytes_unwritten + self._finished_dropped
+        )
         status.bad_frames = self.codec.bad_frames
         if self._parser is not None:
             # Frame what the counters have not seen, within one slice (the rest comes soon).
@@ -764,7 +847,7 @@ def _announce(publisher: Publisher, info: FinishedLogInfo) -> None:
     publisher.offer(
         [
             MqttMessage(
-                f"{settings.root}/{settings.vehicle_id}/meta/log_finished",
+                f"{settings.root}/{info.vehicle}/meta/log_finished",
                 json.dumps(info.as_json(), separators=(",", ":")).encode(),
                 qos=max(1, settings.qos),
                 content_type="application/json",
@@ -980,8 +1063,12 @@ class Recorder:
             f"{settings.recording.out_dir / vehicle_id}{client}"
         )
         """Logged once the link is open (a link that cannot open is the one error line)."""
+        self.logbook = Logbook(settings.recording.out_dir)
         self.shipper = LogShipper(
-            settings.upload, journal=settings.recording.out_dir / UPLOAD_QUEUE_FOLDER
+            settings.upload,
+            journal=settings.recording.out_dir / UPLOAD_QUEUE_FOLDER,
+            on_settled=self.logbook.settled,
+            withheld_env=() if mqtt.password_env is None else (mqtt.password_env,),
         )
         self._watch_armed = settings.upload.only_when_disarmed and self.shipper.uploads
         """Whether autopilot HEARTBEATs tell the shipper armed or disarmed."""
@@ -1000,7 +1087,16 @@ class Recorder:
         self._next_hello = 0.0
         self._link_codec: MavlinkCodec | None = None
         """The open link's codec (None while no link is open)."""
-        self.sink = UlgFileSink.from_settings(settings.recording, folder=vehicle_id)
+        self.sink = self._vehicle_sink(self._home, vehicle_id)
+
+    def _vehicle_sink(self, system_id: int, vehicle_id: str) -> UlgFileSink:
+        """The file sink of a vehicle: its folder, and what the logbook says of its logs."""
+        return UlgFileSink.from_settings(
+            self.settings.recording,
+            folder=vehicle_id,
+            tags={"vehicle": vehicle_id, "link": self.settings.link.connection, "sysid": system_id},
+            upload_pending=self.shipper.uploads,
+        )
 
     def request_stop(self) -> None:
         """Stop streaming with the handshake, finish the file and return from :meth:`run`.
@@ -1016,11 +1112,16 @@ class Recorder:
         if self.foxglove is not None:
             self.foxglove.start()  # a port in use fails here, before anything is recorded
         out_dir = self.settings.recording.out_dir
-        for recovered in await asyncio.to_thread(recover_partial_files, out_dir):
-            logger.warning("%s", recovered.message)
+        recovered = await asyncio.to_thread(
+            recover_partial_files, out_dir, upload_pending=self.shipper.uploads
+        )
+        for log in recovered:
+            logger.warning("%s", log.message)
+            if not log.corrupt and not log.discarded:
+                self._recovered(log)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in STOP_SIGNALS:
                 loop.add_signal_handler(signum, self.request_stop)
         self._notifier.ready(f"recording from {self.settings.link.connection}")
         try:
@@ -1059,11 +1160,11 @@ class Recorder:
             if self.foxglove is not None:
                 self.foxglove.stop()
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                for signum in (signal.SIGINT, signal.SIGTERM):
+                for signum in STOP_SIGNALS:
                     loop.remove_signal_handler(signum)
             self._draw_status(final=True)
         for pipeline in self.vehicles.values():
-            if pipeline.fatal is not None or (pipeline.rejected is not None and self.once):
+            if pipeline.rejected is not None and self.once:
                 self.exit_code = 1
         return self.exit_code
 
@@ -1130,14 +1231,13 @@ class Recorder:
         tree, so vehicles never mix.
         """
         home = system_id == self._home
-        recording = self.settings.recording
         foxglove = None
         if home:
             sink, publisher, foxglove = self.sink, self.publisher, self.foxglove
             vehicle_id = self.vehicle_ids[system_id]
         else:
             vehicle_id, _ = self._identify(system_id)
-            sink = UlgFileSink.from_settings(recording, folder=vehicle_id)
+            sink = self._vehicle_sink(system_id, vehicle_id)
             publisher = None
             if self.publisher is not None:
                 mqtt, link = self.settings.mqtt, self.settings.link.connection
@@ -1168,6 +1268,26 @@ class Recorder:
         pipeline.attach(self._vehicle_send(pipeline), now, restored=False)
         pipeline.start(now)
         return pipeline
+
+    def _recovered(self, log: RecoveredFile) -> None:
+        """A log an interrupted recording left: announced and uploaded like any finished one."""
+        tags = log.tags
+        vehicle = tags.get("vehicle")
+        if not isinstance(vehicle, str):
+            vehicle = log.path.parent.parent.name
+        link, sysid = tags.get("link"), tags.get("sysid")
+        state = None
+        if self.settings.mqtt.uses_sys_uuid and isinstance(link, str) and isinstance(sysid, int):
+            state = sys_uuid_file(self.settings.recording.out_dir, link, sysid)
+        publisher = self.publisher
+        self.shipper.offer(
+            log.path,
+            log.size,
+            vehicle=vehicle,
+            how=RECOVERED_HOW,
+            announce=None if publisher is None else partial(_announce, publisher),
+            sys_uuid_file=state,
+        )
 
     def _log_finished(
         self, pipeline: Pipeline, system_id: int, finished: FinishedLog, how: str
@@ -1397,9 +1517,7 @@ class Recorder:
             vehicles = list(self.vehicles.values())
             if stopping and all(p.ended.is_set() for p in vehicles):
                 return
-            if not stopping and (
-                self._stop_requested.is_set() or any(p.fatal is not None for p in vehicles)
-            ):
+            if not stopping and self._stop_requested.is_set():
                 stopping = True
                 next_progress_log = now + STOP_PROGRESS_LOG_S
                 if self._status_stream is None:  # a terminal shows this on its status line
@@ -1431,6 +1549,8 @@ class Recorder:
                         logger.info("stopping: %s", progress)
                 elif pipeline.rejected is not None:
                     self._rejected(pipeline, now)
+                elif pipeline.disk_full:
+                    pipeline.status.state = "disk full"
                 else:
                     pipeline.status.state = _state_text(
                         pipeline.session.state, pipeline.status.state

@@ -15,15 +15,18 @@ from pyulog import ULog
 from ulogstream.adapters.file_sink import (
     MB,
     DiskFullError,
+    FinishedLog,
     UlgFileSink,
     recover_partial_files,
     whole_messages_end,
 )
+from ulogstream.adapters.logbook import LOGBOOK_NAME, Logbook
 from ulogstream.config import RecordingSettings
 from ulogstream.ulog.spec import HEADER_SIZE, unpack_message_header
 from ulogstream.ulog.writer import ULogWriter
 
 START = datetime(2026, 11, 21, 10, 5, 7, tzinfo=UTC)
+DAY = 86_400
 
 
 def sample_log(samples: int = 50) -> bytes:
@@ -62,12 +65,40 @@ class FakeDisk:
         return SimpleNamespace(free=self.start_free - used)
 
 
-def finished_log(out: Path, name: str, size: int, age_s: float) -> Path:
-    path = out / name
+def closed(sink: UlgFileSink) -> FinishedLog:
+    finished = sink.close()
+    assert isinstance(finished, FinishedLog)
+    return finished
+
+
+def recorded_log(
+    out: Path,
+    age_s: float,
+    *,
+    folder: str | None = None,
+    samples: int = 50,
+    upload_pending: bool = False,
+) -> Path:
+    """A log this program recorded (in the logbook), started ``age_s`` before START."""
+    sink = UlgFileSink(out, folder=folder, min_free_mb=0, upload_pending=upload_pending)
+    sink.start_log(now_utc=START - timedelta(seconds=age_s))
+    sink.write(sample_log(samples))
+    return closed(sink).path
+
+
+def interrupted_log(out: Path, content: bytes, *, folder: str | None = None) -> Path:
+    """The ``.part`` a crash left mid-log: started, written to, never finished."""
+    sink = UlgFileSink(out, folder=folder, min_free_mb=0, tags={"vehicle": folder or ""})
+    part = sink.start_log(now_utc=START).path
+    sink.write(content)
+    sink.flush()
+    sink.drop()
+    return part
+
+
+def user_file(path: Path, content: bytes = b"not ours") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(bytes(size))
-    stamp = START.timestamp() - age_s
-    os.utime(path, (stamp, stamp))
+    path.write_bytes(content)
     return path
 
 
@@ -91,7 +122,7 @@ def test_an_existing_name_gets_a_numbered_suffix(tmp_path: Path) -> None:
 
     first = sink.start_log(now_utc=START).path
     sink.write(sample_log())
-    sink.close()
+    closed(sink)
     second = sink.start_log(now_utc=START).path
 
     assert first.name == "10_05_07_1.ulg.part"
@@ -145,7 +176,7 @@ def test_close_fsyncs_the_file_then_renames_it_and_fsyncs_the_directory(
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
 
-    finished = sink.close()
+    finished = closed(sink)
 
     final = part.parent / "10_05_07.ulg"
     assert finished.path == final
@@ -153,7 +184,8 @@ def test_close_fsyncs_the_file_then_renames_it_and_fsyncs_the_directory(
     assert finished.disk_full is None
     assert final.read_bytes() == log
     assert not part.exists()
-    assert synced == [str(part), str(part.parent)]
+    # The file, then its folder after the rename, then the logbook saying it is finished.
+    assert synced == [str(part), str(part.parent), str(tmp_path / LOGBOOK_NAME)]
     assert not sink.is_open
     assert ULog(str(final)).data_list[0].name == "sample"
 
@@ -193,8 +225,9 @@ def test_start_refuses_when_free_space_is_already_below_the_limit(tmp_path: Path
         sink.start_log(now_utc=START)
 
     assert str(info.value) == (
-        f"recording stopped: only 10 MB free on {tmp_path} (min_free_mb = 200); "
-        "free space or lower the limit"
+        f"disk full: only 10 MB free on {tmp_path} (recording.min_free_mb = 200); recording "
+        "goes on once space is freed (delete old logs, or set recording.max_logs or "
+        "max_total_mb to rotate them)"
     )
     assert info.value.path is None
     assert not list(tmp_path.rglob("*.part"))
@@ -218,10 +251,10 @@ def test_disk_guard_stops_before_the_message_that_crosses_the_limit(tmp_path: Pa
     assert written == log[: len(written)]
     assert whole_messages_end(written) == len(written)  # never half a message
     assert len(written) > headroom - max(map(len, messages))
-    assert "recording stopped: only 1 MB free on" in str(info.value)
-    assert "(min_free_mb = 1); free space or lower the limit" in str(info.value)
+    assert "disk full: only 1 MB free on" in str(info.value)
+    assert "(recording.min_free_mb = 1); recording goes on once space is freed" in str(info.value)
     assert sink.stopped is info.value
-    finished = sink.close()
+    finished = closed(sink)
     assert finished.disk_full is info.value
     assert finished.dropped_bytes == len(log) - len(written) + len(b"after the stop")
     assert finished.path.read_bytes() == written
@@ -235,7 +268,7 @@ def test_close_reports_a_limit_reached_by_its_last_flush(tmp_path: Path) -> None
     for message in split_messages(log):
         sink.write(message)
 
-    finished = sink.close()
+    finished = closed(sink)
 
     assert finished.disk_full is not None
     assert 0 < finished.size <= 600
@@ -275,11 +308,11 @@ def test_no_space_left_mid_write_cuts_back_to_a_whole_message(
 # --- rotation --------------------------------------------------------------------------------
 
 
-def test_max_logs_deletes_the_oldest_finished_logs_only(tmp_path: Path) -> None:
-    oldest = finished_log(tmp_path, "2026-11-19/08_00_00.ulg", 10, age_s=3000)
-    middle = finished_log(tmp_path, "2026-11-20/09_00_00.ulg", 10, age_s=2000)
-    newest = finished_log(tmp_path, "2026-11-20/10_00_00.ulg", 10, age_s=1000)
-    leftover = finished_log(tmp_path, "2026-11-18/07_00_00.ulg.part", 10, age_s=9000)
+def test_max_logs_deletes_the_oldest_recorded_logs_only(tmp_path: Path) -> None:
+    oldest = recorded_log(tmp_path, age_s=3 * DAY)
+    middle = recorded_log(tmp_path, age_s=2 * DAY)
+    newest = recorded_log(tmp_path, age_s=2 * DAY - 60)
+    leftover = interrupted_log(tmp_path, sample_log())
     sink = UlgFileSink(tmp_path, min_free_mb=0, max_logs=2)
 
     started = sink.start_log(now_utc=START)
@@ -292,9 +325,9 @@ def test_max_logs_deletes_the_oldest_finished_logs_only(tmp_path: Path) -> None:
 
 
 def test_rotation_counts_the_logs_of_every_vehicle_in_the_out_dir(tmp_path: Path) -> None:
-    oldest = finished_log(tmp_path, "uav1/2026-11-19/08_00_00.ulg", 10, age_s=3000)
-    older = finished_log(tmp_path, "2026-11-19/09_00_00.ulg", 10, age_s=2500)  # before folders
-    newer = finished_log(tmp_path, "uav2/2026-11-20/09_00_00.ulg", 10, age_s=2000)
+    oldest = recorded_log(tmp_path, folder="uav1", age_s=3000)
+    older = recorded_log(tmp_path, age_s=2500)  # the layout before vehicle folders
+    newer = recorded_log(tmp_path, folder="uav2", age_s=2000)
     sink = UlgFileSink(tmp_path, folder="uav2", min_free_mb=0, max_logs=2)
 
     started = sink.start_log(now_utc=START)
@@ -305,20 +338,79 @@ def test_rotation_counts_the_logs_of_every_vehicle_in_the_out_dir(tmp_path: Path
 
 
 def test_max_total_mb_deletes_oldest_logs_also_while_recording(tmp_path: Path) -> None:
-    a = finished_log(tmp_path, "2026-11-20/01_00_00.ulg", 400_000, age_s=300)
-    b = finished_log(tmp_path, "2026-11-20/02_00_00.ulg", 400_000, age_s=200)
-    c = finished_log(tmp_path, "2026-11-20/03_00_00.ulg", 400_000, age_s=100)
+    a = recorded_log(tmp_path, age_s=300, samples=26_000)  # 390 kB each
+    b = recorded_log(tmp_path, age_s=200, samples=26_000)
+    c = recorded_log(tmp_path, age_s=100, samples=26_000)
     sink = UlgFileSink(tmp_path, min_free_mb=0, max_total_mb=1)
 
     started = sink.start_log(now_utc=START)
-    assert started.deleted == (a,)  # 1.2 MB -> 0.8 MB
+    assert started.deleted == (a,)  # 1.17 MB -> 0.78 MB
 
     sink.write(bytes(300_000))
 
-    assert sink.flush() == [b]  # 0.8 MB + 0.3 MB being recorded > 1 MB
+    assert sink.flush() == [b]  # 0.78 MB + 0.3 MB being recorded > 1 MiB
     assert c.exists()
     assert sink.path is not None
     assert sink.path.exists()
+
+
+def test_rotation_and_recovery_touch_nothing_but_logs_this_program_recorded(
+    tmp_path: Path,
+) -> None:
+    """The tree of issue 21: user files, foreign dated files, symlinks out of ``--out``."""
+    out, elsewhere = tmp_path / "archive", tmp_path / "elsewhere"
+    log = sample_log()
+    outside = {
+        user_file(elsewhere / "2024-07-01" / "09_00_00.ulg", log),
+        user_file(elsewhere / "uav1" / "2026-11-19" / "08_00_00.ulg", log),
+    }
+    foreign = {
+        user_file(out / "myflights" / "crash_investigation.ulg", log),
+        user_file(out / "2024-05-01" / "10_01_00.ulg", log),
+        user_file(out / "somevehicle" / "2024-06-01" / "12_00_00.ulg", log),
+        user_file(out / "2024-01-01" / "10_00_00.ulg.part", log[:-5]),
+        user_file(out / "uav1" / "2026-11-18" / "07_00_00.ulg", log),  # in our vehicle folder
+    }
+    (out / "fleetX").symlink_to(elsewhere, target_is_directory=True)
+    # A log of ours whose day folder was swapped for a symlink to a folder outside --out.
+    swapped = recorded_log(out, folder="uav1", age_s=2 * DAY)
+    moved = elsewhere / "swapped" / swapped.parent.name
+    moved.mkdir(parents=True)
+    swapped.rename(moved / swapped.name)
+    swapped.parent.rmdir()
+    swapped.parent.symlink_to(moved, target_is_directory=True)
+    outside.add(moved / swapped.name)
+    waiting = recorded_log(out, folder="uav1", age_s=DAY, upload_pending=True)
+    ours = [recorded_log(out, folder="uav1", age_s=age) for age in (7000, 6000, 5000)]
+    contents = {path: path.read_bytes() for path in outside | foreign}
+
+    recovered = recover_partial_files(out)
+    deleted: list[Path] = []
+    for _ in range(3):  # three log starts with room for one
+        sink = UlgFileSink(out, folder="uav1", min_free_mb=0, max_logs=1, max_total_mb=1)
+        deleted += sink.start_log(now_utc=START).deleted
+        sink.write(log)
+        closed(sink)
+
+    assert recovered == []
+    assert {path: path.read_bytes() for path in outside | foreign} == contents
+    assert waiting.exists()  # waits for its upload: kept
+    assert set(deleted) == set(ours) | {out / "uav1" / "2026-11-21" / "10_05_07.ulg"}
+    assert (out / "fleetX").is_symlink()
+    Logbook(out).settled(waiting)
+    sink = UlgFileSink(out, folder="uav1", min_free_mb=0, max_logs=1)
+    newest = out / "uav1" / "2026-11-21" / "10_05_07.ulg"
+    assert sink.start_log(now_utc=START).deleted == (waiting, newest)
+    assert {path: path.read_bytes() for path in outside | foreign} == contents
+
+
+def test_rotation_leaves_alone_a_log_replaced_since_it_was_recorded(tmp_path: Path) -> None:
+    replaced = recorded_log(tmp_path, age_s=3000)
+    replaced.write_bytes(b"a user's own file under the same name")
+    sink = UlgFileSink(tmp_path, min_free_mb=0, max_logs=1)
+
+    assert sink.start_log(now_utc=START).deleted == ()
+    assert replaced.read_bytes() == b"a user's own file under the same name"
 
 
 # --- recovery --------------------------------------------------------------------------------
@@ -328,27 +420,39 @@ def test_recovery_finishes_the_logs_of_every_vehicle_and_of_the_older_layout(
     tmp_path: Path,
 ) -> None:
     log = sample_log()
-    older = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
-    home = tmp_path / "uav1" / "2026-11-21" / "10_05_07.ulg.part"
-    other = tmp_path / "uav2" / "2026-11-21" / "10_05_08.ulg.part"
-    for part in (older, home, other):
-        part.parent.mkdir(parents=True)
-        part.write_bytes(log)
+    parts = [interrupted_log(tmp_path, log, folder=folder) for folder in (None, "uav1", "uav2")]
 
     recovered = recover_partial_files(tmp_path)
 
     assert sorted(r.path for r in recovered) == sorted(
-        p.with_name(p.name.removesuffix(".part")) for p in (older, home, other)
+        p.with_name(p.name.removesuffix(".part")) for p in parts
     )
     assert all(r.path.read_bytes() == log for r in recovered)
+    assert sorted(str(r.tags["vehicle"]) for r in recovered) == ["", "uav1", "uav2"]
+    assert recover_partial_files(tmp_path) == []  # written down as finished
+    assert [log.path for log in Logbook(tmp_path).finished_logs()] == [
+        r.path.relative_to(tmp_path).as_posix() for r in recovered
+    ]
+
+
+def test_recovery_removes_a_log_without_data(tmp_path: Path) -> None:
+    messages = split_messages(sample_log())
+    first_row = next(i for i, m in enumerate(messages) if i and m[2:3] == b"D")
+    part = interrupted_log(tmp_path, b"".join(messages[:first_row]))
+
+    (recovered,) = recover_partial_files(tmp_path)
+
+    assert recovered.discarded
+    assert not part.exists()
+    assert not list(tmp_path.rglob("*.ulg"))
+    assert "it holds no data message" in recovered.message
+    assert recover_partial_files(tmp_path) == []
 
 
 def test_recovery_trims_a_truncated_tail_and_finishes_the_log(tmp_path: Path) -> None:
     log = sample_log()
     whole = len(log) - len(split_messages(log)[-1])
-    part = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
-    part.parent.mkdir()
-    part.write_bytes(log[: whole + 5])
+    part = interrupted_log(tmp_path, log[: whole + 5])
 
     (recovered,) = recover_partial_files(tmp_path)
 
@@ -367,9 +471,7 @@ def test_recovery_trims_a_truncated_tail_and_finishes_the_log(tmp_path: Path) ->
 
 def test_recovery_cuts_zero_filled_blocks_left_by_a_power_cut(tmp_path: Path) -> None:
     log = sample_log()
-    part = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
-    part.parent.mkdir()
-    part.write_bytes(log + bytes(4096))
+    interrupted_log(tmp_path, log + bytes(4096))
 
     (recovered,) = recover_partial_files(tmp_path)
 
@@ -379,28 +481,25 @@ def test_recovery_cuts_zero_filled_blocks_left_by_a_power_cut(tmp_path: Path) ->
 
 def test_recovery_of_a_complete_file_keeps_every_byte(tmp_path: Path) -> None:
     log = sample_log()
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "x.ulg").write_bytes(b"taken")
-    (tmp_path / "d" / "x.ulg.part").write_bytes(log)
+    part = interrupted_log(tmp_path, log)
+    taken = user_file(part.with_name("10_05_07.ulg"), b"taken")
 
     (recovered,) = recover_partial_files(tmp_path)
 
-    assert recovered.path == tmp_path / "d" / "x_1.ulg"
+    assert recovered.path == part.with_name("10_05_07_1.ulg")
     assert recovered.path.read_bytes() == log
     assert recovered.trimmed == 0
     assert recovered.message == (
         f"recovered {recovered.path} from an interrupted recording ({len(log)} bytes)"
     )
-    assert (tmp_path / "d" / "x.ulg").read_bytes() == b"taken"
+    assert taken.read_bytes() == b"taken"
 
 
 @pytest.mark.parametrize("content", [b"not a ULog file at all", b"ULo", b""])
 def test_a_part_file_without_a_ulog_header_is_kept_aside_as_corrupt(
     tmp_path: Path, content: bytes
 ) -> None:
-    part = tmp_path / "2026-11-21" / "10_05_07.ulg.part"
-    part.parent.mkdir()
-    part.write_bytes(content)
+    part = interrupted_log(tmp_path, content)
 
     (recovered,) = recover_partial_files(tmp_path)
 
@@ -425,6 +524,7 @@ def test_a_sink_recording_after_recovery_does_not_reuse_recovered_names(tmp_path
     sink.flush()
     sink.drop()  # a crash: the file is let go of as it is
     (recovered,) = recover_partial_files(tmp_path)
+    assert not recovered.discarded
 
     again = UlgFileSink(tmp_path, min_free_mb=0).start_log(now_utc=START)
 
@@ -440,6 +540,6 @@ def test_recovery_leaves_alone_a_part_another_recorder_is_writing(tmp_path: Path
 
     assert recover_partial_files(tmp_path) == []
 
-    finished = writing.close()
+    finished = closed(writing)
     assert started.path.with_name("10_05_07.ulg") == finished.path
     assert finished.path.read_bytes() == sample_log()

@@ -62,6 +62,8 @@ class SoakResult:
     bytes_recorded: int = 0
     logs_started: int = 0
     logs_finished: int = 0
+    logs_discarded: int = 0
+    """Logs stopped before their first data message (the last one, at the stop): no file."""
     files_checked: int = 0
     files_identical: int = 0
     files_lossy: int = 0
@@ -262,6 +264,7 @@ async def soak(
     text = daemon.stderr()
     result.loss_warnings = text.count("logging packet(s) before")
     result.logs_finished = text.count("log finished")
+    result.logs_discarded = text.count("no log file kept for")
     result.logs_started = text.count("INFO ulogstream: recording ")
     result.error_lines = [line for line in text.splitlines() if " ERROR " in line]
     return result
@@ -290,7 +293,8 @@ def report(result: SoakResult, target: int) -> list[str]:
         f"bytes recorded       {result.bytes_recorded / 1e9:.2f} GB",
         (
             f"logs started/finished/files  {result.logs_started}/{result.logs_finished}/"
-            f"{result.files_checked} (identical {result.files_identical}, lossy but valid"
+            f"{result.files_checked} ({result.logs_discarded} without data, identical"
+            f" {result.files_identical}, lossy but valid"
             f" {result.files_lossy}, invalid {len(result.files_invalid)}, lost {result.files_lost})"
         ),
         (

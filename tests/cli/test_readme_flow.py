@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import termios
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -29,8 +30,6 @@ from ulogstream.demo import free_udp_port
 from ulogstream.sim.flightlog import generate_flight_log
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from mqtt.conftest import Broker
 
 __all__ = ["fixture_mosquitto"]
@@ -95,6 +94,17 @@ def status_lines(output: str) -> list[str]:
     return [_CSI.sub("", line) for line in _STATUS.findall(output)]
 
 
+def readme_try_it_commands() -> tuple[list[str], list[str]]:
+    """The options of the README's "Try it without a vehicle" ``sim`` and ``record`` commands."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    flat = " ".join(readme.split())
+    sim = re.search(r"`ulogstream sim flight\.ulg udpout:127\.0\.0\.1:14550 ([^`]*)`", flat)
+    record = re.search(r"`ulogstream record udpin:127\.0\.0\.1:14550 ([^`]*)`", flat)
+    assert sim is not None, "the README's sim command"
+    assert record is not None, "the README's record command"
+    return sim[1].split(), record[1].split()
+
+
 @pytest.fixture(name="flight")
 def fixture_flight(tmp_path: Path) -> Path:
     """The README's ``flight.ulg``: a generated 3 s flight."""
@@ -110,11 +120,14 @@ async def test_readme_sim_into_record_is_byte_identical_and_leaves_a_true_status
 ) -> None:
     source = flight.read_bytes()  # noqa: ASYNC240 (before anything runs)
     port = free_udp_port()
+    # The commands as the README writes them (port and broker aside).
+    sim_args, record_args = readme_try_it_commands()
+    assert record_args == ["--mqtt", "mqtt://localhost"]
     record = Process(
         ["record", f"udpin:127.0.0.1:{port}", "--mqtt", mosquitto.url], tmp_path, name="record"
     )
     sim = Process(
-        ["sim", "flight.ulg", f"udpout:127.0.0.1:{port}", "--repeat"], tmp_path, name="sim"
+        ["sim", "flight.ulg", f"udpout:127.0.0.1:{port}", *sim_args], tmp_path, name="sim"
     )
     try:
         await record.await_line("listening on")
@@ -136,7 +149,8 @@ async def test_readme_sim_into_record_is_byte_identical_and_leaves_a_true_status
     files = recordings(tmp_path / "recordings")
     assert partial_files(tmp_path / "recordings") == []
     summary = record.stdout().splitlines()
-    assert summary[0].startswith(f"{len(files)} logs recorded (")
+    logs = f"{len(files)} log" if len(files) == 1 else f"{len(files)} logs"
+    assert summary[0].startswith(f"{logs} recorded (")
     assert [line.strip() for line in summary[1 : 1 + len(files)]] == [
         str(path.relative_to(tmp_path)) for path in files
     ]

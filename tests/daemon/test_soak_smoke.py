@@ -36,7 +36,10 @@ async def test_soak_smoke(tmp_path: Path, mosquitto: Broker) -> None:
     assert result.packets >= 8000
     assert result.packets_lost == 0
     assert result.files_checked >= 3
-    assert result.logs_finished == result.files_checked == result.logs_started
+    assert result.logs_finished == result.files_checked
+    # The last log may be stopped before its first data message: no file is kept for it.
+    assert result.logs_discarded <= 1
+    assert result.logs_finished + result.logs_discarded == result.logs_started
     assert result.files_identical == result.files_checked
     assert result.files_invalid == []
     assert result.error_lines == []

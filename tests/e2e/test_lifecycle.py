@@ -29,6 +29,7 @@ from e2e.support import (
     theoretical_maximum,
     vehicle_packets,
 )
+from packetize import definitions_end
 from waiting import eventually, holds_for
 
 from ulogstream.adapters import file_sink
@@ -80,9 +81,10 @@ async def test_reboot_mid_log_gives_two_valid_files(
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
-async def test_link_cut_closes_the_file_then_a_new_file_follows(
+async def test_a_cut_past_the_idle_timeout_finishes_the_file_and_the_log_goes_on_in_a_second(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Issue 21 item 5: the vehicle streams on through the cut; nothing of it is lost or STOPped."""
     caplog.set_level(logging.INFO, logger="ulogstream")
     log = flight_log(8.0, seed=22)
     link, connection = await listening_vehicle()
@@ -107,12 +109,26 @@ async def test_link_cut_closes_the_file_then_a_new_file_follows(
     )
     assert run.exit_code == 0
     assert run.summary.stats.cut_drops > 0
-    first, second = run.files
-    assert files_at_cut_end == [1]  # the first file was closed before the second log was in
-    # Log 0 as far as it got before the cut (its tail, sent on the restart's STOP, is ignored).
-    before_cut = [d for d in deliveries_of(run.summary, 0) if d.sequence < 800]
-    expected = theoretical_maximum(log, vehicle_packets(log), before_cut)
-    assert recorded_items(first.read_bytes())[0] == expected
+    assert run.summary.stats.logs_started == 2  # no STOP/START for the cut itself
+    *parts, second = run.files
+    first = parts[0]
+    # The cut went past the idle timeout, and so did the sim's wait for a STOP at the log's
+    # end (it sends nothing then, a real PX4 always has data): log 0 is in three files.
+    assert [part.name for part in parts[1:]] == [f"{first.stem}_part{n}.ulg" for n in (2, 3)]
+    assert files_at_cut_end == [3]  # every file of log 0 was closed before log 1 was in
+    # Log 0, all the cut let through, its tail after our STOP included; each later file
+    # starts with the log's head and a dropout.
+    expected = theoretical_maximum(log, vehicle_packets(log), deliveries_of(run.summary, 0))
+    items, durations = recorded_items(first.read_bytes())
+    head = len(recorded_items(log[: definitions_end(log)])[0])
+    for part in parts[1:]:
+        after, part_durations = recorded_items(part.read_bytes())
+        assert after[:head] == expected[:head]  # the header, definitions and subscriptions
+        items += after[head:]
+        durations += part_durations
+        read_pyulog(part)
+    assert items == expected
+    assert 1900 <= durations[0] <= 2600  # the dropout spans the cut
     assert second.read_bytes() == log
     read_pyulog(first)
     finished = finished_messages(caplog)
@@ -462,3 +478,27 @@ async def test_a_disk_that_fails_mid_log_ends_that_log_and_the_next_is_recorded(
     assert failed
     assert "Read-only file system" in error
     assert "recording goes on with the next log" in error
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_stream_ended_during_its_header_leaves_no_log_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 21 item 6: a blackout during the header; PX4 gives up (ack timeout) and starts over."""
+    caplog.set_level(logging.INFO, logger="ulogstream")
+    log = flight_log(4.0, seed=23)
+    link, connection = await listening_vehicle()
+    recorder = Recorder(recorder_settings(connection, tmp_path, idle_timeout_s=1.0))
+    config = VehicleConfig(link_rate=USB_LINK_RATE, speed=None, stop_accept_delay=0.0)
+    faults = FaultConfig(cut_at=20, cut_seconds=4.0)  # ACKED packet 20 goes unanswered
+    run = await record(
+        log, recorder, link, config=config, faults=faults, repeat=True, stop_after_log=1
+    )
+    assert run.exit_code == 0
+    assert run.summary.ack_timeouts == 1
+    (path,) = files(tmp_path, "*.ulg")  # the header-only start left nothing behind
+    assert path.read_bytes() == log
+    assert not files(tmp_path, "*.part")
+    assert recorder.status.logs_discarded == 1
+    assert any("the stream ended before any data" in r.getMessage() for r in caplog.records)

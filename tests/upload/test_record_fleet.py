@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import signal
 import socket
 from typing import TYPE_CHECKING
 
@@ -232,3 +233,63 @@ async def test_record_keeps_under_the_message_cap_and_counts_what_it_dropped(
     (log,) = recordings(out)
     assert log.read_bytes() == flight.data  # the cap never touches the recording
     assert any(m.topic == "ulogstream/capped/meta/info" for m in got)  # retained never dropped
+
+
+@pytest.mark.asyncio
+async def test_a_log_recovered_after_a_crash_is_announced_and_uploaded(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    """Issue 21 item 2: SIGKILL mid-log (a power cut), restart: the log goes through the finish."""
+    install = shutil.which("install")
+    if install is None:
+        pytest.skip("coreutils' install is not on PATH")
+    flight = make_flight(tmp_path, duration_s=40.0, seed=9)
+    port = free_udp_port()
+    out, remote = tmp_path / "recordings", tmp_path / "remote"
+    command = f"{install} -D {{path}} {remote}/{{vehicle}}/{{name}}"
+    args = [
+        "record", f"udpin:127.0.0.1:{port}", "--out", str(out), "--mqtt", mosquitto.url,
+        "--vehicle-id", "uav7", "--no-status", "--set", f"upload.command={command}",
+    ]  # fmt: skip
+    crashed = Process(args, tmp_path, name="crashed")
+    processes.append(crashed)
+    await crashed.await_line("listening on")
+    sim = fly(tmp_path, flight.path, port, "sim", "--speed", "4")
+    processes.append(sim)
+    await eventually(lambda: data_on_disk(out), what="no data message on disk")
+    crashed.process.send_signal(signal.SIGKILL)
+    assert await crashed.await_exit() == -signal.SIGKILL
+    sim.kill()
+    (part,) = out.rglob("*.ulg.part")
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/#") as messages:
+        restarted = Process(args, tmp_path, name="restarted")
+        processes.append(restarted)
+        await restarted.await_line("uploaded ")
+
+        def announced() -> list[dict[str, object]]:
+            topic = "ulogstream/uav7/meta/log_finished"
+            return [json.loads(m.payload) for m in messages if m.topic == topic]
+
+        await eventually(lambda: len(announced()) == 1, what="no meta/log_finished")
+    assert restarted.terminate() == 0
+    log = part.with_name(part.name.removesuffix(".part"))
+    assert f"recovered {log} from an interrupted recording" in restarted.stderr()
+    assert (remote / "uav7" / log.name).read_bytes() == log.read_bytes()
+    event = announced()[0]
+    assert event["path"] == str(log)
+    assert event["complete"] is False
+    assert event["how"] == "incomplete: recovered after an interrupted recording"
+    assert event["vehicle"] == "uav7"
+
+
+def data_on_disk(out: Path) -> bool:
+    """Whether a ``.part`` under ``out`` holds a data message (a log worth recovering)."""
+    for part in out.rglob("*.ulg.part"):
+        data = part.read_bytes()
+        position = 16
+        while position + 3 <= len(data):
+            size = int.from_bytes(data[position : position + 2], "little")
+            if data[position + 2] == ord("D"):
+                return True
+            position += 3 + size
+    return False

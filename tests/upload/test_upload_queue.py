@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -12,7 +14,15 @@ from upload.review_server import ReviewServer
 from waiting import eventually, running
 
 from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, PendingUpload, UploadJournal
-from ulogstream.config import FlightReviewSettings, UploadSettings
+from ulogstream.config import (
+    FlightReviewSettings,
+    LinkSettings,
+    MqttSettings,
+    RecordingSettings,
+    Settings,
+    UploadSettings,
+)
+from ulogstream.daemon import Recorder
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -213,3 +223,38 @@ async def test_a_queue_that_cannot_be_written_still_lets_the_log_be_uploaded(
     assert lines[0].startswith(f"cannot read the upload queue {journal}: ")
     assert lines[1].startswith(f"upload queue {journal}: ")
     assert lines[1].endswith(f"for {log} (it is uploaded now, but not after a restart)")
+
+
+@pytest.mark.asyncio
+async def test_the_upload_command_never_sees_the_mqtt_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21 item 9: rclone, aws or any tool gets what it needs, not the broker's password."""
+    monkeypatch.setenv("FLEET_MQTT_PASSWORD", "s3cret")
+    monkeypatch.setenv("RCLONE_CONFIG_PASS", "the tool's own")
+    log = finished_log(tmp_path / "out")
+    dump = tmp_path / "environment.json"
+    script = tmp_path / "upload.py"
+    script.write_text(
+        "import json, os, sys\n"
+        f"open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
+        "print('done', sys.argv[1])\n"
+    )
+    settings = Settings(
+        link=LinkSettings(connection="udpin:127.0.0.1:14550"),
+        recording=RecordingSettings(out_dir=tmp_path / "out"),
+        mqtt=MqttSettings(
+            url="mqtt://127.0.0.1:1",
+            username="fleet",
+            password_env="FLEET_MQTT_PASSWORD",  # noqa: S106 (the variable's name)
+        ),
+        upload=UploadSettings(command=f"{sys.executable} {script} {{path}}"),
+    )
+    recorder = Recorder(settings)
+    target = recorder.shipper.target
+    assert target is not None
+    assert await target.upload(info_of(log)) == f"done {log}"
+    environment = json.loads(dump.read_text())
+    assert "FLEET_MQTT_PASSWORD" not in environment
+    assert environment["RCLONE_CONFIG_PASS"] == "the tool's own"  # noqa: S105 (a test value)
+    assert environment["PATH"] == os.environ["PATH"]

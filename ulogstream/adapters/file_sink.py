@@ -1,12 +1,20 @@
 """Recording to disk: one ``.ulg`` per log, with a free-space guard and rotation (blocking I/O).
 
 A log is written to ``{out_dir}/{vehicle}/{YYYY-MM-DD}/{HH_MM_SS}.ulg.part`` (UTC, like PX4's SD
-card) and renamed to ``.ulg`` once it is complete and fsynced; rotation counts the logs of every
-vehicle in ``out_dir`` (one disk). Every method here may block on the disk:
-the recorder calls them from its file worker thread only
-(:mod:`ulogstream.adapters.log_files`), never from the event loop. The caller only hands over
-whole ULog messages, so the file on disk always ends on a message boundary except after a crash
-mid-``write``; :func:`recover_partial_files` trims such leftovers at start-up.
+card) and renamed to ``.ulg`` once it is complete and fsynced. A log continued in a second file
+(the disk was full, or the link was away past the idle timeout while the vehicle streamed on)
+is named after the first: ``{HH_MM_SS}_part2.ulg``. A log that ends without one data message
+(PX4 ended its stream during the header) is not a flight, and its file is removed.
+
+Every log is written down in the :class:`~ulogstream.adapters.logbook.Logbook` of ``out_dir``;
+rotation and :func:`recover_partial_files` touch only the logs written down there (never a
+user's file, never through a symlink), and rotation never a log that waits for its upload.
+Rotation counts the logs of every vehicle in ``out_dir`` (one disk).
+
+Every method here may block on the disk: the recorder calls them from its file worker thread
+only (:mod:`ulogstream.adapters.log_files`), never from the event loop. The caller only hands
+over whole ULog messages, so the file on disk always ends on a message boundary except after a
+crash mid-``write``; :func:`recover_partial_files` trims such leftovers at start-up.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import contextlib
 import errno
 import fcntl
 import itertools
+import logging
 import mmap
 import os
 import shutil
@@ -24,13 +33,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ulogstream.adapters.logbook import LOG_LAYOUT, Logbook, Tags
 from ulogstream.errors import UlogstreamError
-from ulogstream.ulog.spec import HEADER_SIZE, MAGIC, MESSAGE_HEADER_SIZE, unpack_message_header
+from ulogstream.ulog.spec import (
+    HEADER_SIZE,
+    MAGIC,
+    MESSAGE_HEADER_SIZE,
+    MessageType,
+    unpack_message_header,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from ulogstream.config import RecordingSettings
+
+logger = logging.getLogger("ulogstream")
 
 MB = 1 << 20
 """Bytes per MB in every size setting and message (as ``df -m`` counts)."""
@@ -56,7 +74,7 @@ DiskUsageFunction = Callable[[Path], DiskUsage]
 
 
 class DiskFullError(UlogstreamError):
-    """Recording stopped because the disk reached the configured minimum free space.
+    """The log stopped taking data because the disk reached the configured minimum free space.
 
     Args:
         directory: The directory whose file system is full.
@@ -69,8 +87,9 @@ class DiskFullError(UlogstreamError):
         self, *, directory: Path, free_bytes: int, min_free_mb: int, path: Path | None
     ) -> None:
         super().__init__(
-            f"recording stopped: only {free_bytes // MB} MB free on {directory} "
-            f"(min_free_mb = {min_free_mb}); free space or lower the limit"
+            f"disk full: only {free_bytes // MB} MB free on {directory} "
+            f"(recording.min_free_mb = {min_free_mb}); recording goes on once space is freed "
+            f"(delete old logs, or set recording.max_logs or max_total_mb to rotate them)"
         )
         self.directory = directory
         self.free_bytes = free_bytes
@@ -86,6 +105,18 @@ class StartedLog:
     """The ``.ulg.part`` file being written."""
     deleted: tuple[Path, ...]
     """Finished logs deleted by ``max_logs`` / ``max_total_mb``, oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardedLog:
+    """A log that ended without one data message: not a flight, so its file was removed.
+
+    PX4 ends its stream when an ACKED packet of the header goes unanswered for 2.5 s (a blackout
+    at the start); the header and parameters it held come again in the next log.
+    """
+
+    part_path: Path
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +146,19 @@ class RecoveredFile:
     """Bytes cut off the end (an incomplete last message)."""
     corrupt: bool
     """True when the file has no valid ULog header and was kept aside, untouched."""
+    tags: Tags
+    """What the recorder that wrote it said of it (vehicle, link, system id)."""
+    discarded: bool = False
+    """True when it held no data message: removed, as a log without data is no flight."""
 
     @property
     def message(self) -> str:
         """One log line saying what happened."""
+        if self.discarded:
+            return (
+                f"removed {self.part_path} left by an interrupted recording: it holds no data "
+                f"message ({self.size} bytes of header and definitions)"
+            )
         if self.corrupt:
             return (
                 f"kept {self.part_path} aside as {self.path}: it does not start with a ULog "
@@ -141,6 +181,15 @@ class _OpenLog:
     dir_synced: bool = False
 
 
+@dataclass(slots=True)
+class _Series:
+    """The files of one log: the first one's folder and stem, and how many there are."""
+
+    folder: Path
+    stem: str
+    files: int = 1
+
+
 class UlgFileSink:
     """Writes logs to ``out_dir/folder``, one file per log, with a free-space guard and rotation.
 
@@ -150,11 +199,15 @@ class UlgFileSink:
             None: logs go straight to ``out_dir/{date}/``.
         min_free_mb: Stop a log cleanly before free space would drop below this.
         max_logs: Keep at most this many finished logs in ``out_dir`` (every vehicle's, the new
-            one included); 0: no limit.
+            one included); 0: no limit. Only logs in the logbook count and are deleted.
         max_total_mb: Keep the finished logs in ``out_dir`` plus the current one under this
             size; 0: no limit.
         max_buffered: Pending bytes that make :meth:`write` flush at once (bounds memory).
         disk_usage: Free-space probe; :func:`shutil.disk_usage` except in tests.
+        tags: Written down with each log in the logbook (vehicle, link, system id), and given
+            back by recovery.
+        upload_pending: Finished logs wait for an upload: rotation leaves them alone until the
+            logbook hears :meth:`~ulogstream.adapters.logbook.Logbook.settled`.
     """
 
     def __init__(
@@ -167,6 +220,8 @@ class UlgFileSink:
         max_total_mb: int = 0,
         max_buffered: int = DEFAULT_MAX_BUFFERED,
         disk_usage: DiskUsageFunction = shutil.disk_usage,
+        tags: Mapping[str, str | int] | None = None,
+        upload_pending: bool = False,
     ) -> None:
         if folder is not None and (folder in {"", ".", ".."} or "/" in folder or "\0" in folder):
             msg = f"the vehicle folder must be one path component, not {folder!r}"
@@ -179,17 +234,27 @@ class UlgFileSink:
         self._max_total_bytes = max_total_mb * MB
         self._max_buffered = max_buffered
         self._disk_usage = disk_usage
+        self._tags: Tags = dict(tags or {})
+        self._upload_pending = upload_pending
+        self.logbook = Logbook(out_dir)
         self._log: _OpenLog | None = None
+        self._series: _Series | None = None
         self._pending: list[bytes] = []
         self._pending_size = 0
         self._stopped: DiskFullError | None = None
-        self._finished: list[tuple[Path, int]] = []
+        self._finished_bytes = 0
+        """Bytes of the finished logs in the logbook at the last start (``max_total_mb``)."""
         self.bytes_dropped = 0
         """Bytes of the current log discarded after the disk guard stopped it."""
 
     @classmethod
     def from_settings(
-        cls, recording: RecordingSettings, *, folder: str | None = None
+        cls,
+        recording: RecordingSettings,
+        *,
+        folder: str | None = None,
+        tags: Mapping[str, str | int] | None = None,
+        upload_pending: bool = False,
     ) -> UlgFileSink:
         """A sink configured by the ``[recording]`` settings, writing into ``out_dir/folder``."""
         return cls(
@@ -198,6 +263,8 @@ class UlgFileSink:
             min_free_mb=recording.min_free_mb,
             max_logs=recording.max_logs,
             max_total_mb=recording.max_total_mb,
+            tags=tags,
+            upload_pending=upload_pending,
         )
 
     @property
@@ -225,22 +292,25 @@ class UlgFileSink:
         """Why the current log stopped taking data, if the disk guard stopped it."""
         return self._stopped
 
-    def start_log(self, *, now_utc: datetime | None = None) -> StartedLog:
+    def start_log(self, *, now_utc: datetime | None = None, continues: bool = False) -> StartedLog:
         """Apply rotation, check free space and create the ``.ulg.part`` of a new log.
 
         Args:
             now_utc: Start time naming the file (tests); the current UTC time by default.
+            continues: The file continues the log of the previous file (which the disk or the
+                link cut short): it is named after that one, ``{HH_MM_SS}_part2.ulg``, ...
 
         Raises:
-            DiskFullError: Free space is already below the limit; no file is created.
+            DiskFullError: Free space is below the limit; no file is created.
             RuntimeError: A log is already open.
         """
         if self._log is not None:
             msg = f"start_log() while {self._log.part_path} is open; close() it first"
             raise RuntimeError(msg)
         now = datetime.now(UTC) if now_utc is None else now_utc.astimezone(UTC)
+        if not continues:
+            self._series = None  # a file of a new log: never named after an earlier one
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._finished = _finished_logs(self.out_dir)
         deleted = self._rotate()
         free = self._disk_usage(self.folder).free
         if free < self._min_free_mb * MB:
@@ -250,13 +320,21 @@ class UlgFileSink:
                 min_free_mb=self._min_free_mb,
                 path=None,
             )
-        day_dir = self.folder / now.strftime("%Y-%m-%d")
-        day_dir.mkdir(exist_ok=True)
-        stem = _unused_stem(
-            day_dir, now.strftime("%H_%M_%S"), (SUFFIX, PART_SUFFIX, CORRUPT_SUFFIX)
-        )
+        suffixes = (SUFFIX, PART_SUFFIX, CORRUPT_SUFFIX)
+        series = self._series
+        if continues and series is not None:
+            series.files += 1
+            day_dir = series.folder
+            day_dir.mkdir(parents=True, exist_ok=True)
+            stem = _unused_stem(day_dir, f"{series.stem}_part{series.files}", suffixes)
+        else:
+            day_dir = self.folder / now.strftime("%Y-%m-%d")
+            day_dir.mkdir(exist_ok=True)
+            stem = _unused_stem(day_dir, now.strftime("%H_%M_%S"), suffixes)
+            self._series = _Series(day_dir, stem)
         part_path = day_dir / f"{stem}{PART_SUFFIX}"
-        fd = os.open(part_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self.logbook.started(part_path, self._tags)
+        fd = os.open(part_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         # Held until the file is closed: start-up recovery of another recorder sharing out_dir
         # leaves a .part alone while its writer lives (see recover_partial_files).
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -341,8 +419,8 @@ class UlgFileSink:
             os.close(log.fd)
         return log.part_path
 
-    def close(self) -> FinishedLog:
-        """Flush, fsync and rename the current log to ``.ulg``.
+    def close(self) -> FinishedLog | DiscardedLog:
+        """Flush, fsync and rename the current log to ``.ulg`` (or remove it: no data in it).
 
         The log is let go of first: if fsync or rename fails, its ``.ulg.part`` stays on disk
         for start-up recovery and the next :meth:`start_log` works.
@@ -351,11 +429,6 @@ class UlgFileSink:
             RuntimeError: No log is open.
             OSError: fsync or rename failed.
         """
-        log, closing = self._detach()
-        return closing(_finalise(log))
-
-    def _detach(self) -> tuple[_OpenLog, Callable[[Path], FinishedLog]]:
-        """Flush the current log and let go of it; the callable makes its :class:`FinishedLog`."""
         log = self._log
         if log is None:
             msg = "close() without an open log"
@@ -365,11 +438,18 @@ class UlgFileSink:
         dropped, stopped = self.bytes_dropped, self._stopped
         self._log = None
         self._stopped = None
-
-        def closing(path: Path) -> FinishedLog:
-            return FinishedLog(path=path, size=log.size, dropped_bytes=dropped, disk_full=stopped)
-
-        return log, closing
+        if not _holds_data(log.fd, log.size):
+            os.close(log.fd)
+            log.part_path.unlink(missing_ok=True)
+            self.logbook.gone(log.part_path)
+            if self._series is not None and self._series.stem == log.part_path.name.removesuffix(
+                PART_SUFFIX
+            ):
+                self._series = None  # a later file of this log is named as a first one
+            return DiscardedLog(log.part_path, log.size)
+        final = _finalise(log)
+        self.logbook.finished(log.part_path, final, log.size, upload_pending=self._upload_pending)
+        return FinishedLog(path=final, size=log.size, dropped_bytes=dropped, disk_full=stopped)
 
     def _write_chunks(self, log: _OpenLog, chunks: list[bytes]) -> None:
         data = memoryview(b"".join(chunks))
@@ -402,45 +482,86 @@ class UlgFileSink:
 
     def _rotate(self) -> list[Path]:
         """Make room for a new log: ``max_logs`` counts it, ``max_total_mb`` starts it at 0."""
-        deleted: list[Path] = []
-        if self._max_logs:
-            while self._finished and len(self._finished) > self._max_logs - 1:
-                deleted.append(self._delete_oldest())
-        if self._max_total_bytes:
-            deleted.extend(self._enforce_total(0))
+        if not self._max_logs and not self._max_total_bytes:
+            return []
+        deleted = self.logbook.rotate(
+            max_logs=self._max_logs, max_total_bytes=self._max_total_bytes, current_size=0
+        )
+        self._finished_bytes = sum(log.size or 0 for log in self.logbook.finished_logs())
         return deleted
 
     def _enforce_total(self, current_size: int) -> list[Path]:
-        deleted: list[Path] = []
-        total = current_size + sum(size for _, size in self._finished)
-        while self._finished and total > self._max_total_bytes:
-            total -= self._finished[0][1]
-            deleted.append(self._delete_oldest())
+        """``max_total_mb`` while a log grows: the logbook is read only once it may be over."""
+        if self._finished_bytes + current_size <= self._max_total_bytes:
+            return []
+        deleted = self.logbook.rotate(
+            max_logs=0, max_total_bytes=self._max_total_bytes, current_size=current_size
+        )
+        self._finished_bytes = sum(log.size or 0 for log in self.logbook.finished_logs())
         return deleted
 
-    def _delete_oldest(self) -> Path:
-        path, _ = self._finished.pop(0)
-        path.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # the day's directory still holds other logs
-            path.parent.rmdir()
-        return path
 
+def recover_partial_files(out_dir: Path, *, upload_pending: bool = False) -> list[RecoveredFile]:
+    """Finish the ``.ulg.part`` files an interrupted recording of this program left in ``out_dir``.
 
-def recover_partial_files(out_dir: Path) -> list[RecoveredFile]:
-    """Finish the ``.ulg.part`` files an interrupted recording left in ``out_dir``.
-
-    Both layouts are searched: per vehicle ``{out_dir}/{vehicle}/{date}/`` and the older
-    ``{out_dir}/{date}/``.
-
-    Each is trimmed to its last whole ULog message and renamed to ``.ulg``; a file without a
-    ULog header is renamed ``.ulg.corrupt`` and left as it was. A ``.part`` that another
-    recorder sharing ``out_dir`` is writing (it holds a lock on it) is left alone. Run it
-    before any sink of this recorder opens.
+    Only the ``.part`` files the logbook has as started and never finished are looked at: a
+    user's file, or a ``.part`` copied from elsewhere, is never touched. Each is trimmed to its
+    last whole ULog message and renamed to ``.ulg`` (written down as finished, waiting for an
+    upload when ``upload_pending``); one without a data message is removed (no flight); one
+    without a ULog header is renamed ``.ulg.corrupt`` and left as it was. A ``.part`` that
+    another recorder sharing ``out_dir`` is writing (it holds a lock on it) is left alone.
+    Run it before any sink of this recorder opens.
     """
     if not out_dir.is_dir():
         return []
-    parts = [path for pattern in _LOG_PATTERNS for path in out_dir.glob(pattern + PART_SUFFIX)]
-    return [recovered for part in sorted(parts) if (recovered := _recover(part)) is not None]
+    logbook = Logbook(out_dir)
+    recovered: list[RecoveredFile] = []
+    for entry in logbook.unfinished():
+        part = out_dir / entry.path
+        if not LOG_LAYOUT.match(entry.path) or not entry.path.endswith(PART_SUFFIX):
+            continue
+        if _has_symlink(out_dir, entry.path):
+            logger.warning("left %s alone: a folder on its path is a symlink", part)
+            logbook.gone(part)
+            continue
+        result = _recover(part, entry.tags)
+        if result is None:
+            continue
+        if result.corrupt or result.discarded:
+            logbook.gone(part)
+        elif result.size >= 0:
+            logbook.finished(part, result.path, result.size, upload_pending=upload_pending)
+        recovered.append(result)
+    return recovered
+
+
+def _has_symlink(out_dir: Path, relative: str) -> bool:
+    """Whether a folder or the file on ``relative`` (below ``out_dir``) is a symlink."""
+    path = out_dir
+    for name in relative.split("/"):
+        path /= name
+        if path.is_symlink():
+            return True
+    return False
+
+
+def _holds_data(fd: int, size: int) -> bool:
+    """Whether the log in ``fd`` (``size`` bytes) holds one data ('D') message.
+
+    Walks message headers from the start and stops at the first 'D' (a few hundred KB into a
+    real log: after its definitions and subscriptions).
+    """
+    if size <= HEADER_SIZE:
+        return False
+    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+        pos = HEADER_SIZE
+        data = MessageType.DATA
+        while pos + MESSAGE_HEADER_SIZE <= size:
+            msg_size, msg_type = unpack_message_header(view, pos)
+            if msg_type == data:
+                return True
+            pos += MESSAGE_HEADER_SIZE + msg_size
+    return False
 
 
 def whole_messages_end(data: bytes | bytearray | memoryview) -> int:
@@ -462,7 +583,7 @@ def whole_messages_end(data: bytes | bytearray | memoryview) -> int:
     return min(pos, size)
 
 
-def _recover(part: Path) -> RecoveredFile | None:
+def _recover(part: Path, tags: Tags) -> RecoveredFile | None:
     stem = part.name.removesuffix(PART_SUFFIX)
     try:
         file = part.open("r+b")
@@ -480,7 +601,7 @@ def _recover(part: Path) -> RecoveredFile | None:
             corrupt = part.with_name(f"{corrupt_stem}{CORRUPT_SUFFIX}")
             part.rename(corrupt)
             _fsync_dir(part.parent)
-            return RecoveredFile(part, corrupt, size, 0, corrupt=True)
+            return RecoveredFile(part, corrupt, size, 0, corrupt=True, tags=tags)
         keep = HEADER_SIZE
         if size > HEADER_SIZE:
             with (
@@ -490,30 +611,18 @@ def _recover(part: Path) -> RecoveredFile | None:
                 keep = whole_messages_end(view)
         if keep < size:
             file.truncate(keep)
+        if not _holds_data(file.fileno(), keep):
+            part.unlink()
+            _fsync_dir(part.parent)
+            return RecoveredFile(
+                part, part, keep, size - keep, corrupt=False, tags=tags, discarded=True
+            )
         file.flush()
         os.fsync(file.fileno())
         final = part.with_name(f"{_unused_stem(part.parent, stem, (SUFFIX,))}{SUFFIX}")
         part.rename(final)  # under the lock: no other recorder takes the file meanwhile
     _fsync_dir(part.parent)
-    return RecoveredFile(part, final, keep, size - keep, corrupt=False)
-
-
-_LOG_PATTERNS = ("*/*/*", "*/*")
-"""Where logs are in ``out_dir`` (with a suffix): ``{vehicle}/{date}/``, and ``{date}/`` as
-written before vehicle folders."""
-
-
-def _finished_logs(out_dir: Path) -> list[tuple[Path, int]]:
-    """Finished logs under ``out_dir`` (every vehicle's), oldest first, with their sizes."""
-    found: list[tuple[float, Path, int]] = []
-    for path in (path for pattern in _LOG_PATTERNS for path in out_dir.glob(pattern + SUFFIX)):
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            continue
-        found.append((stat.st_mtime, path, stat.st_size))
-    found.sort()
-    return [(path, size) for _, path, size in found]
+    return RecoveredFile(part, final, keep, size - keep, corrupt=False, tags=tags)
 
 
 def _unused_stem(directory: Path, stem: str, suffixes: Iterable[str]) -> str:

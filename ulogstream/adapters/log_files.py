@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ulogstream.adapters.file_sink import DiskFullError, FinishedLog
+from ulogstream.adapters.file_sink import DiscardedLog, DiskFullError, FinishedLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -64,6 +64,14 @@ class LogFinished:
 
 
 @dataclass(frozen=True, slots=True)
+class LogDiscarded:
+    """The log ended without one data message: its file was removed (no flight)."""
+
+    log_id: int
+    discarded: DiscardedLog
+
+
+@dataclass(frozen=True, slots=True)
 class LogFailed:
     """The disk failed this log (open or write); nothing more of it is written.
 
@@ -92,13 +100,14 @@ class FinishFailed:
     error: str
 
 
-FileEvent = LogOpened | LogFinished | LogFailed | DiskFull | FinishFailed
+FileEvent = LogOpened | LogFinished | LogDiscarded | LogFailed | DiskFull | FinishFailed
 """Everything the worker reports."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Start:
     log_id: int
+    continues: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +166,8 @@ class LogFiles:
         """Bytes of the current log taken (written or on their way to the disk)."""
         self.bytes_dropped = 0
         """Bytes dropped because the worker fell more than ``max_backlog`` behind."""
+        self.bytes_unwritten = 0
+        """Bytes written while no file was open (the disk was full): not on disk."""
 
     @property
     def log_open(self) -> bool:
@@ -184,8 +195,12 @@ class LogFiles:
         if thread is not None:
             await asyncio.to_thread(thread.join)
 
-    def start_log(self) -> int:
-        """Begin a new log (its file is created by the worker); returns its id for the events.
+    def start_log(self, *, continues: bool = False) -> int:
+        """Begin a new file (created by the worker); returns its id for the events.
+
+        Args:
+            continues: The file goes on with the log of the previous one (see
+                :meth:`~ulogstream.adapters.file_sink.UlgFileSink.start_log`).
 
         Raises:
             RuntimeError: A log is open.
@@ -196,12 +211,13 @@ class LogFiles:
         self._log_id += 1
         self._open = True
         self.log_bytes = 0
-        self._requests.put(_Start(self._log_id))
+        self._requests.put(_Start(self._log_id, continues))
         return self._log_id
 
     def write(self, data: bytes) -> None:
         """Append whole ULog messages to the open log (memory only: never waits on the disk)."""
         if not self._open:
+            self.bytes_unwritten += len(data)
             return
         self.log_bytes += len(data)
         self._pending.append(data)
@@ -253,10 +269,10 @@ class LogFiles:
         """The log the disk failed: its remaining requests are skipped."""
         while (request := self._requests.get()) is not None:
             match request:
-                case _Start(log_id):
+                case _Start(log_id, continues):
                     failed = None
                     try:
-                        started = sink.start_log()
+                        started = sink.start_log(continues=continues)
                     except DiskFullError as err:
                         failed = log_id
                         self._post(DiskFull(log_id, err))
@@ -282,7 +298,10 @@ class LogFiles:
                         assert part is not None  # noqa: S101 (is_open above)
                         self._post(FinishFailed(log_id, part, str(err)))
                     else:
-                        self._post(LogFinished(log_id, finished, how))
+                        if isinstance(finished, DiscardedLog):
+                            self._post(LogDiscarded(log_id, finished))
+                        else:
+                            self._post(LogFinished(log_id, finished, how))
 
     def _write(self, sink: UlgFileSink, log_id: int, chunks: list[bytes]) -> bool:
         """Write and fsync ``chunks``; False when a disk error ended the log."""

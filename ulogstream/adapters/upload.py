@@ -43,7 +43,7 @@ from ulogstream.ulog.events import DefinitionsEnd, Info
 from ulogstream.ulog.parser import ULogParser, no_rows
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
 logger = logging.getLogger(__name__)
 
@@ -364,15 +364,23 @@ class UploadTarget(Protocol):
         ...
 
 
-def make_target(settings: UploadSettings) -> UploadTarget | None:
+def make_target(
+    settings: UploadSettings, *, withheld_env: Collection[str] = ()
+) -> UploadTarget | None:
     """The target ``upload.target`` names, or None when logs are not uploaded.
+
+    Args:
+        settings: The ``[upload]`` settings.
+        withheld_env: Environment variables an upload command must not see (our secrets).
 
     Raises:
         ConfigError: Its settings cannot be used.
     """
     match settings.target:
         case "command":
-            return None if settings.command is None else CommandTarget(settings)
+            if settings.command is None:
+                return None
+            return CommandTarget(settings, withheld_env=withheld_env)
         case "flight_review":
             # Each target's code is loaded only by those who upload there.
             from ulogstream.adapters.flight_review import FlightReviewTarget  # noqa: PLC0415
@@ -398,14 +406,18 @@ async def _kill(process: asyncio.subprocess.Process) -> None:
 class CommandTarget:
     """Uploads with ``upload.command``: a program run without a shell, placeholders filled in.
 
+    The command gets this process's environment without ``withheld_env``: the secrets of other
+    parts (the MQTT password from ``mqtt.password_env``) are not an upload tool's business.
+
     Args:
         settings: The ``[upload]`` settings (``command`` set).
+        withheld_env: Names of environment variables the command does not get.
 
     Raises:
         ConfigError: ``settings.command`` cannot be used.
     """
 
-    def __init__(self, settings: UploadSettings) -> None:
+    def __init__(self, settings: UploadSettings, *, withheld_env: Collection[str] = ()) -> None:
         if settings.command is None:
             msg = "upload.command is not set; set it or another upload.target"
             raise ConfigError(msg)
@@ -414,6 +426,7 @@ class CommandTarget:
         except SettingError as err:
             raise ConfigError(str(err)) from None
         self._timeout_s = settings.timeout_s
+        self._withheld_env = frozenset(withheld_env)
         self.name = Path(self._words[0]).name
 
     async def upload(self, info: FinishedLogInfo) -> str:
@@ -435,9 +448,13 @@ class CommandTarget:
             "sha256": info.sha256 or "",
         }
         argv = [word.format_map(values) for word in self._words]
+        environment = {
+            name: value for name, value in os.environ.items() if name not in self._withheld_env
+        }
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
+                env=environment,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -476,6 +493,9 @@ class LogShipper:
         settings: The ``[upload]`` settings.
         target: Where logs go; by default the one :func:`make_target` makes of ``settings``.
         journal: The folder of the on-disk queue (None: the queue is in memory only).
+        on_settled: Called (in a thread: it may block) with each log whose upload is over:
+            uploaded, given up, refused or skipped. The logbook lets rotation delete it then.
+        withheld_env: Environment variables an upload command must not see.
 
     Raises:
         ConfigError: The settings of ``upload.target`` cannot be used.
@@ -487,9 +507,12 @@ class LogShipper:
         target: UploadTarget | None = None,
         *,
         journal: Path | None = None,
+        on_settled: Callable[[Path], None] | None = None,
+        withheld_env: Collection[str] = (),
     ) -> None:
         self.settings = settings
-        self.target = make_target(settings) if target is None else target
+        self.target = make_target(settings, withheld_env=withheld_env) if target is None else target
+        self._on_settled = on_settled
         self.journal = None if journal is None else UploadJournal(journal)
         self._describe: asyncio.Queue[_Finished] = asyncio.Queue(DESCRIBE_QUEUE)
         self._uploads: asyncio.Queue[PendingUpload] = asyncio.Queue(settings.queue_size)
@@ -528,6 +551,7 @@ class LogShipper:
                 logger.warning("queued upload of %s dropped: the file %s", path, why)
                 journal.remove(pending.info)
                 self.skipped += 1
+                self._settle_now(path)
                 continue
             if self._uploads.full():
                 left = len(waiting) - self.resumed
@@ -551,6 +575,20 @@ class LogShipper:
     def uploads(self) -> bool:
         """Whether finished logs are uploaded (a target is set)."""
         return self.target is not None
+
+    def _settle_now(self, path: Path) -> None:
+        """Say the upload of ``path`` is over (blocking; at start-up or in a thread)."""
+        if self._on_settled is None:
+            return
+        try:
+            self._on_settled(path)
+        except OSError as err:
+            logger.warning("cannot note that the upload of %s is over: %s", path, err.strerror)
+
+    async def _settle(self, path: Path) -> None:
+        """Say the upload of ``path`` is over, off the event loop."""
+        if self._on_settled is not None:
+            await asyncio.to_thread(self._settle_now, path)
 
     @property
     def armed(self) -> bool:
@@ -685,6 +723,7 @@ class LogShipper:
                 self.settings.queue_size,
                 pending.info.path,
             )
+            await self._settle(pending.info.path)
             return
         await self._journal(UploadJournal.write, pending)
         self._uploads.put_nowait(pending)
@@ -717,6 +756,7 @@ class LogShipper:
             try:
                 if await self._upload(target, pending):
                     await self._journal(_remove_entry, pending)
+                    await self._settle(pending.info.path)
             except asyncio.CancelledError:
                 left = 1 + self._uploads.qsize()
                 later = "at the next start" if self.journal is not None else "never (no journal)"
