@@ -20,7 +20,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, NoReturn, Protocol, TextIO
+from typing import TYPE_CHECKING, ClassVar, NoReturn, Protocol, TextIO, TypeVar
 
 from ulogstream import __version__
 from ulogstream.adapters.connection import parse_connection
@@ -62,10 +62,12 @@ from ulogstream.ulog.problems import Problems
 from ulogstream.ulog.spec import log_level_name
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Coroutine, Sequence
 
     import numpy as np
     import numpy.typing as npt
+
+T = TypeVar("T")
 
 PROG = "ulogstream"
 EXIT_ERROR = 1
@@ -895,6 +897,34 @@ def os_error_text(err: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
+def run_quietly(main: Coroutine[object, object, T]) -> T:
+    """``asyncio.run(main)``, then no task left behind to be destroyed while pending.
+
+    aiomqtt connects in an executor thread, and paho's socket callbacks from that thread
+    schedule a task on the loop (``Client._misc_loop``). A stop while a connection attempt is
+    under way (a broker that is down, a double Ctrl-C) let that task be created while
+    ``asyncio.run`` shut the executor down, so the loop closed with it pending: "Task was
+    destroyed but it is pending!" and "coroutine ... was never awaited" at exit. Here the
+    executor's threads finish first, then whatever they scheduled is cancelled and awaited.
+    """
+    with asyncio.Runner() as runner:
+        try:
+            return runner.run(main)
+        finally:
+            runner.run(_settle_background_work())
+
+
+async def _settle_background_work() -> None:
+    """Let executor threads finish; cancel and await the tasks left (see :func:`run_quietly`)."""
+    loop = asyncio.get_running_loop()
+    await loop.shutdown_default_executor()
+    current = asyncio.current_task()
+    late = [task for task in asyncio.all_tasks() if task is not current]
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+
+
 def _run_recorder(settings: Settings, *, once: bool, status_line: bool) -> int:
     terminal = sys.stderr.isatty()
     _setup_logging(settings.log.level, terminal=terminal)
@@ -903,7 +933,7 @@ def _run_recorder(settings: Settings, *, once: bool, status_line: bool) -> int:
         recorder = Recorder(settings, once=once, status_stream=status, notifier=notifier)
         check_output_dir(settings.recording.out_dir)  # after the settings' own checks
         warn_if_disk_full(settings.recording.out_dir, settings.recording.min_free_mb)
-        code = asyncio.run(recorder.run())
+        code = run_quietly(recorder.run())
     sys.stdout.write("".join(f"{line}\n" for line in exit_summary(recorder)))
     return code
 
@@ -935,6 +965,8 @@ def exit_summary(recorder: Recorder) -> list[str]:
             lines.append(
                 f"MQTT: {sink.published} messages published to {url} ({sink.dropped} dropped)"
             )
+        elif sink.ever_connected:
+            lines.append(f"MQTT: connected to {url}; nothing to publish (no vehicle streamed)")
         else:
             from ulogstream.demo import error_words  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
 
@@ -995,7 +1027,7 @@ def _run_sim(args: argparse.Namespace) -> int:
             loop.add_signal_handler(signum, stop.set)
         await run_sim(options, stop_event=stop)
 
-    asyncio.run(serve())
+    run_quietly(serve())
     return 0
 
 
@@ -1033,7 +1065,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     from ulogstream.demo import error_words  # noqa: PLC0415 (loaded by the command that needs it: start-up time)
 
     progress = ProgressLine(sys.stderr, f"replaying {args.file.name}")
-    stats = asyncio.run(
+    stats = run_quietly(
         replay_to_mqtt(
             args.file,
             mqtt=sink_settings(settings.mqtt),
@@ -1045,8 +1077,9 @@ def _run_replay(args: argparse.Namespace) -> int:
     progress.done()
     if not stats.published:
         why = f" ({error_words(stats.broker_error)})" if stats.broker_error else ""
+        within = "" if stats.gave_up_after_s is None else f" in {stats.gave_up_after_s:.0f} s"
         msg = (
-            f"the broker at {args.mqtt} was never reached{why}: nothing was published"
+            f"the broker at {args.mqtt} was never reached{within}{why}: nothing was published"
             " (is it running? check the URL)"
         )
         raise CliError(msg)
@@ -1108,7 +1141,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     )
     if options.foxglove_listen is not None:
         sys.stdout.write(f"{foxglove_hint(options.foxglove_listen)}\n")
-    result = asyncio.run(run_demo(options, view=sys.stdout if terminal else None))
+    result = run_quietly(run_demo(options, view=sys.stdout if terminal else None))
     sys.stdout.write("\n".join(summary_lines(result, options)) + "\n")
     mqtt_failed = options.mqtt_url is not None and not result.status.mqtt_published
     return 0 if result.recording is not None and not mqtt_failed else EXIT_ERROR

@@ -992,8 +992,11 @@ def final_status(pipeline: Pipeline, publisher: Publisher) -> list[MqttMessage]:
     return [publisher.policy.offline_status(now)]
 
 
-class _OnceLinkError(Exception):
-    """``record --once`` found no link: carries the LinkError out of the task group."""
+class _FatalLinkError(Exception):
+    """Carries the LinkError of a link that will not open out of the task group.
+
+    ``record --once`` with no link, or a path that is never a serial port.
+    """
 
     def __init__(self, error: LinkError) -> None:
         super().__init__(str(error))
@@ -1149,9 +1152,9 @@ class Recorder:
                         await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
                 for task in side_tasks:
                     task.cancel()
-        except* _OnceLinkError as errors:
+        except* _FatalLinkError as errors:
             first = errors.exceptions[0]
-            assert isinstance(first, _OnceLinkError)  # noqa: S101 (the except* type)
+            assert isinstance(first, _FatalLinkError)  # noqa: S101 (the except* type)
             raise first.error from None
         finally:
             self._notifier.stopping()
@@ -1375,11 +1378,13 @@ class Recorder:
             try:
                 transport = await open_transport(self._spec)
             except LinkError as err:
-                if self.once and not opened_before:
-                    # record --once: no link to wait for; one clear error, exit non-zero
-                    raise _OnceLinkError(err) from None
+                if err.permanent or (self.once and not opened_before):
+                    # No link to wait for (record --once), or one that can never open (a
+                    # regular file as the serial port): one clear error, exit non-zero.
+                    raise _FatalLinkError(err) from None
                 if str(err) != last_error:
-                    logger.warning("%s; retrying", err)
+                    how = "" if last_error else " (Ctrl-C or SIGTERM stops)"
+                    logger.warning("%s; retrying until it opens%s", err, how)
                     last_error = str(err)
                 await asyncio.sleep(RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)])
                 attempt += 1
@@ -1521,10 +1526,7 @@ class Recorder:
                 stopping = True
                 next_progress_log = now + STOP_PROGRESS_LOG_S
                 if self._status_stream is None:  # a terminal shows this on its status line
-                    logger.info(
-                        "stopping: LOGGING_STOP sent; a second SIGINT or SIGTERM ends at once "
-                        "(the .part is kept)"
-                    )
+                    logger.info("stopping: %s", self._stop_text())
                 for pipeline in vehicles:
                     pipeline.stop(now)
                 continue
@@ -1565,6 +1567,17 @@ class Recorder:
             wake = self._abandon_requested if stopping else self._stop_requested
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), delay)
+
+    def _stop_text(self) -> str:
+        """What a stop does now: the handshake, or nothing to stop."""
+        if not self.vehicles:
+            return "no vehicle was heard, so there is no stream to stop"
+        if self._link_codec is None:
+            return (
+                "the link is down, so LOGGING_STOP cannot reach the vehicle; the open log is "
+                "finished when the stop times out (a second SIGINT or SIGTERM ends at once)"
+            )
+        return "LOGGING_STOP sent; a second SIGINT or SIGTERM ends at once (the .part is kept)"
 
     def _hello(self, now: float) -> None:
         """Send our HEARTBEAT while no vehicle is known: a udpout peer learns our address from it.
@@ -1713,7 +1726,8 @@ class Recorder:
         if not final:
             if self._stop_requested.is_set() and not self._stop_hint_shown:
                 self._stop_hint_shown = True
-                stream.write("\r\x1b[Kstopping: Ctrl-C again ends at once (the .part is kept)\n")
+                text = self._stop_text() if not self.vehicles else "Ctrl-C again ends at once"
+                stream.write(f"\r\x1b[Kstopping: {text}\n")
             text = fit_line(self.status_text(), terminal_width(stream))
         stream.write("\r\x1b[K" + text)
         stream.flush()

@@ -38,7 +38,14 @@ class ConfigError(UlogstreamError):
 
 
 class LinkError(UlogstreamError):
-    """A link (serial device, socket, broker) that cannot be opened or used."""
+    """A link (serial device, socket, broker) that cannot be opened or used.
+
+    ``permanent``: retrying cannot help (the path names a regular file, not a serial port).
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class UploadRejectedError(UlogstreamError):

@@ -5,14 +5,28 @@ One line each, no traceback, and no success claimed for work not done.
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import gc
 import os
+import signal
+import threading
+import time
+import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from daemon.support import Process
 
 from ulogstream import __version__
-from ulogstream.cli import main
+from ulogstream.adapters import replay
+from ulogstream.cli import main, run_quietly
+from ulogstream.demo import free_udp_port
+from ulogstream.sim.flightlog import generate_flight_log
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -238,3 +252,95 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out == f"ulogstream {__version__}\n"
+
+
+# --- one-shot commands on conditions that never heal (issue 21 item 14) ------------------------
+
+
+@pytest.mark.parametrize("kind", ["regular file", "/dev/null", "directory"])
+def test_record_refuses_a_path_that_is_not_a_serial_port(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str
+) -> None:
+    device = {"regular file": tmp_path / "ttyACM0", "/dev/null": Path("/dev/null")}.get(
+        kind, tmp_path
+    )
+    if kind == "regular file":
+        device.write_bytes(b"")
+    status, _, err = _run(capsys, "record", str(device), "--out", str(tmp_path / "out"))
+    assert status == 1
+    _one_error(err, str(device), "is not a serial port", "/dev/ttyACM0")
+
+
+def test_record_on_a_link_that_does_not_open_says_it_retries_and_how_to_stop(
+    tmp_path: Path,
+) -> None:
+    record = Process(
+        ["record", "udpout:no-such-host.invalid:14550", "--out", str(tmp_path / "out"),
+         "--no-status"],
+        tmp_path,
+    )  # fmt: skip
+    try:
+        record.wait_for("retrying until it opens (Ctrl-C or SIGTERM stops)")
+        assert record.stderr().count("retrying") == 1  # said once, not every attempt
+        assert record.terminate(signal.SIGINT) == 0
+    finally:
+        record.kill()
+    stderr = record.stderr()
+    assert "stopping: no vehicle was heard, so there is no stream to stop" in stderr
+    assert "LOGGING_STOP sent" not in stderr
+
+
+def test_replay_to_a_broker_that_is_not_there_gives_up(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replay, "CONNECT_LIMIT_S", 1.0)
+    log = tmp_path / "flight.ulg"
+    generate_flight_log(log, duration_s=30.0, seed=3)  # 30 s to replay at its own pace
+    refused = f"mqtt://127.0.0.1:{free_udp_port()}"  # nothing listens there
+    status, _, err = _run(capsys, "replay", str(log), "--mqtt", refused)
+    line = _one_error(err.splitlines()[-1] + "\n", refused)
+    assert status == 1
+    assert "was never reached in 1 s (Connection refused)" in line
+
+
+def _late_task_after_stop(started: threading.Event) -> Callable[[], Coroutine[object, object, str]]:
+    """A main that returns while an executor thread is about to schedule a task on the loop.
+
+    That is what aiomqtt does when a stop comes during a connection attempt: its connect runs in
+    an executor thread, and paho's socket callback from that thread creates ``_misc_loop``.
+    """
+
+    async def misc_loop() -> None:
+        await asyncio.sleep(1)
+
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+
+        def connect() -> None:
+            started.set()
+            time.sleep(0.2)  # the blocking connect, still going when main has returned
+            loop.call_soon_threadsafe(lambda: loop.create_task(misc_loop()))
+
+        loop.run_in_executor(None, connect)
+        await asyncio.to_thread(started.wait)
+        return "stopped"
+
+    return main
+
+
+def test_no_task_is_left_pending_at_exit_after_a_stop_during_a_connection_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 21 item 10: no 'Task was destroyed but it is pending!' at exit."""
+
+    def destroyed() -> list[str]:
+        gc.collect()
+        return [r.getMessage().splitlines()[0] for r in caplog.records if "destroyed" in r.msg]
+
+    assert run_quietly(_late_task_after_stop(threading.Event())()) == "stopped"
+    assert destroyed() == []
+    # The same with asyncio.run: the task the thread scheduled is destroyed pending.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 'never awaited' belongs to what this shows
+        asyncio.run(_late_task_after_stop(threading.Event())())
+        assert destroyed() == ["Task was destroyed but it is pending!"]

@@ -19,6 +19,7 @@ from daemon.support import (
     start_vehicle,
     subscriber,
 )
+from mqtt.conftest import Broker, broker_config, free_port, make_certificates
 from waiting import eventually
 
 from ulogstream.adapters.ulog_file import read
@@ -27,8 +28,6 @@ from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from mqtt.conftest import Broker
 
 pytestmark = pytest.mark.broker
 
@@ -161,3 +160,51 @@ async def test_record_publishes_samples_under_the_vehicle_id(
     first = samples["vehicle_attitude/0"][0]
     assert {"t", "timestamp", "q[0]", "q[3]"} <= set(first)
     assert "ulogstream: error" not in record.stderr()
+
+
+@pytest.mark.asyncio
+async def test_record_without_a_vehicle_says_it_connected_not_that_the_broker_was_never_reached(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    """Issue 21 item 8: 'MQTT connected' then 'never reached' was a contradiction."""
+    record = Process(
+        ["record", f"udpin:127.0.0.1:{free_udp_port()}", "--mqtt", mosquitto.url,
+         "--out", str(tmp_path / "out"), "--no-status"],
+        tmp_path,
+    )  # fmt: skip
+    processes.append(record)
+    await record.await_line("MQTT connected to")
+    record.send_signal(signal.SIGINT)
+    assert await record.await_exit() == 0
+    assert f"MQTT: connected to {mosquitto.url}; nothing to publish" in record.stdout()
+    assert "never reached" not in record.stdout()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_plain_url_to_a_tls_port_is_told_to_use_mqtts(
+    tmp_path: Path, processes: list[Process]
+) -> None:
+    certs = make_certificates(tmp_path / "certs")
+    port = free_port()
+    extra = (
+        "allow_anonymous true\n"
+        f"cafile {certs['ca.crt']}\ncertfile {certs['server.crt']}\nkeyfile {certs['server.key']}\n"
+    )
+    broker = Broker("127.0.0.1", port, broker_config(tmp_path, "tls-only", port, extra))
+    broker.start()
+    try:
+        record = Process(
+            ["record", f"udpin:127.0.0.1:{free_udp_port()}", "--mqtt", f"mqtt://127.0.0.1:{port}",
+             "--out", str(tmp_path / "out"), "--no-status"],
+            tmp_path,
+        )  # fmt: skip
+        processes.append(record)
+        hint = f"the broker speaks TLS on this port; use mqtts://127.0.0.1:{port}"
+        await record.await_line(hint, limit=30)
+        record.send_signal(signal.SIGINT)
+        assert await record.await_exit() == 0
+    finally:
+        broker.stop()
+    assert hint in record.stdout()  # the summary says it too
+    assert " ERROR " not in record.stderr()  # a refused connection is handled, not an error

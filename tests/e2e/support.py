@@ -46,7 +46,11 @@ from ulogstream.stream.packets import (
     LoggingPacket,
     MavlinkMessage,
 )
-from ulogstream.stream.reassembler import DATA_SECTION_TYPES
+from ulogstream.stream.reassembler import (
+    DATA_SECTION_TYPES,
+    DEFAULT_REORDER_PACKETS,
+    DEFAULT_REORDER_TIME,
+)
 from ulogstream.stream.session import DEFAULT_SYSTEM_ID
 from ulogstream.ulog.spec import HEADER_SIZE, MESSAGE_HEADER_SIZE, MessageType
 from ulogstream.ulog.spec import unpack_message_header as _unpack_header
@@ -292,6 +296,69 @@ def in_sequence_order(delivered: Sequence[DeliveredPacket]) -> list[DeliveredPac
         keyed.append((index, arrival, delivery))
         last = index
     return [delivery for _, _, delivery in sorted(keyed, key=lambda k: (k[0], k[1]))]
+
+
+def within_reorder_window(
+    delivered: Sequence[DeliveredPacket],
+    *,
+    window_s: float = DEFAULT_REORDER_TIME,
+    window_packets: int = DEFAULT_REORDER_PACKETS,
+) -> list[DeliveredPacket]:
+    """The deliveries an ideal receiver with a reorder window takes, in sequence order.
+
+    Times are when each frame left the simulated wire (the recorder reads it then: both run on
+    one event loop, so a stall of the process delays both alike). A packet missing when a later
+    one arrived is waited for ``window_s`` from the oldest held packet's arrival, or until more
+    than ``window_packets`` are held; arriving after that, it is lost, as in the reassembler.
+    On a loaded machine the wire itself can stretch past the window: this counts what was
+    delivered in time, not what the wire's settings promise.
+    """
+    ordered = sorted(enumerate(delivered), key=lambda item: (item[1].time, item[0]))
+    unwrapped: dict[int, int] = {}
+    last = 0
+    for arrival, delivery in enumerate(delivered):  # unwrap in arrival order
+        step = (delivery.sequence - last) % SEQUENCE_MODULO
+        unwrapped[arrival] = last + (step if step < NEWER_LIMIT else step - SEQUENCE_MODULO)
+        last = unwrapped[arrival]
+    taken: list[tuple[int, DeliveredPacket]] = []
+    held: dict[int, tuple[float, DeliveredPacket]] = {}
+    last_taken: int | None = None
+
+    def take_following() -> None:
+        nonlocal last_taken
+        while last_taken is not None and last_taken + 1 in held:
+            last_taken += 1
+            taken.append((last_taken, held.pop(last_taken)[1]))
+
+    def release_oldest_gap() -> None:
+        nonlocal last_taken
+        index = min(held)
+        last_taken = index
+        taken.append((index, held.pop(index)[1]))
+        take_following()
+
+    for arrival, delivery in ordered:
+        index = unwrapped[arrival]
+        while held and delivery.time >= min(t for t, _ in held.values()) + window_s:
+            release_oldest_gap()
+        if last_taken is None:
+            if index == 0:
+                last_taken = 0
+                taken.append((0, delivery))
+            continue
+        if index <= last_taken or index in held:
+            continue  # a duplicate, or late past its window: what the receiver drops
+        if index == last_taken + 1:
+            last_taken = index
+            taken.append((index, delivery))
+            take_following()
+        else:
+            held[index] = (delivery.time, delivery)
+            if len(held) > window_packets:
+                release_oldest_gap()
+    while held:
+        release_oldest_gap()
+    return [delivery for _, delivery in sorted(taken, key=lambda item: item[0])]
 
 
 def deliveries_of(summary: SimSummary, log_index: int) -> list[DeliveredPacket]:

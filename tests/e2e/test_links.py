@@ -17,7 +17,6 @@ from e2e.support import (
     deliveries_of,
     finished_messages,
     flight_log,
-    in_sequence_order,
     listening_vehicle,
     read_pyulog,
     record,
@@ -25,6 +24,7 @@ from e2e.support import (
     recorder_settings,
     theoretical_maximum,
     vehicle_packets,
+    within_reorder_window,
 )
 
 from ulogstream.daemon import Recorder
@@ -79,13 +79,18 @@ async def test_reordering_within_the_window_keeps_the_whole_log(
     assert run.exit_code == 0
     delivered = deliveries_of(run.summary, 0)
     assert out_of_order(delivered) > 10  # the wire really reordered
-    (path,) = run.files
-    assert path.read_bytes() == log  # nothing was lost: byte-identical
+    # What the wire delivered within the receiver's window, by when it really left the wire:
+    # on a loaded machine a stall can stretch the jitter past the window (issue 21 item 15).
+    in_time = within_reorder_window(delivered)
+    expected = theoretical_maximum(log, vehicle_packets(log), in_time)
+    assert single_file_items(run) == expected
     assert run.recorder.pipeline is not None
     counters = run.recorder.pipeline.session.counters
     assert counters.late > 0
-    # (Resent acked copies that come after their successor count as stale: copies, not loss.)
-    assert (counters.gaps, counters.packets_lost, counters.dropouts) == (0, 0, 0)
+    if len(in_time) == len({(d.sequence, d.data) for d in delivered}):
+        # Every delivered packet came in time: nothing lost, byte-identical.
+        assert run.files[0].read_bytes() == log
+        assert (counters.gaps, counters.packets_lost, counters.dropouts) == (0, 0, 0)
 
 
 @pytest.mark.asyncio
@@ -101,7 +106,7 @@ async def test_reordering_and_loss_give_the_theoretical_maximum(tmp_path: Path) 
     delivered = deliveries_of(run.summary, 0)
     assert out_of_order(delivered) > 10
     assert run.summary.stats.link_losses > 0
-    expected = theoretical_maximum(log, vehicle_packets(log), in_sequence_order(delivered))
+    expected = theoretical_maximum(log, vehicle_packets(log), within_reorder_window(delivered))
     assert single_file_items(run) == expected
     assert run.recorder.pipeline is not None
     counters = run.recorder.pipeline.session.counters

@@ -106,7 +106,7 @@ class Broker:
         self.process = None
 
 
-def _config(tmp_path: Path, name: str, port: int, extra: str) -> Path:
+def broker_config(tmp_path: Path, name: str, port: int, extra: str) -> Path:
     path = tmp_path / f"{name}.conf"
     path.write_text(
         f"listener {port} 127.0.0.1\n"
@@ -133,7 +133,7 @@ def _running(broker: Broker) -> Iterator[Broker]:
 def fixture_mosquitto(tmp_path: Path) -> Iterator[Broker]:
     """An anonymous plain-TCP broker."""
     port = free_port()
-    config = _config(tmp_path, "mosquitto", port, "allow_anonymous true\n")
+    config = broker_config(tmp_path, "mosquitto", port, "allow_anonymous true\n")
     yield from _running(Broker("127.0.0.1", port, config))
 
 
@@ -152,7 +152,7 @@ def fixture_mosquitto_auth(tmp_path: Path) -> Iterator[Broker]:
     password_file.chmod(0o600)
     port = free_port()
     extra = f"allow_anonymous false\npassword_file {password_file}\n"
-    config = _config(tmp_path, "mosquitto-auth", port, extra)
+    config = broker_config(tmp_path, "mosquitto-auth", port, extra)
     broker = Broker("127.0.0.1", port, config, username=USERNAME, password=PASSWORD)
     yield from _running(broker)
 
@@ -199,7 +199,7 @@ def fixture_mosquitto_tls(tmp_path: Path) -> Iterator[Broker]:
         f"keyfile {certs['server.key']}\n"
         "require_certificate true\n"
     )
-    config = _config(tmp_path, "mosquitto-tls", port, extra)
+    config = broker_config(tmp_path, "mosquitto-tls", port, extra)
     broker = Broker(
         "127.0.0.1",
         port,

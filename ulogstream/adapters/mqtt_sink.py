@@ -35,7 +35,7 @@ from paho.mqtt import client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from ulogstream.config import SettingError, parse_mqtt_url
+from ulogstream.config import BrokerAddress, SettingError, parse_mqtt_url
 from ulogstream.errors import ConfigError
 from ulogstream.publish import MqttMessage, valid_topic
 
@@ -196,6 +196,40 @@ def _describe(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
+TLS_PROBE_S = 3.0
+"""Longest wait for a TLS handshake when checking whether a plain MQTT port speaks TLS."""
+
+
+async def _speaks_tls(host: str, port: int) -> bool:
+    """Whether ``host:port`` answers a TLS handshake (any certificate: this only diagnoses)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(TLS_PROBE_S):
+            _, writer = await asyncio.open_connection(host, port, ssl=context)
+    except (OSError, ssl.SSLError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError):
+        await writer.wait_closed()
+    return True
+
+
+class _HandledAsWarning(logging.Filter):
+    """paho logs a lost or refused connection as ERROR; it is handled (we reconnect): WARNING."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+paho_logger = logging.getLogger("ulogstream.adapters.mqtt_sink.paho")
+"""Where aiomqtt's paho client logs (its socket errors are handled: WARNING at most)."""
+paho_logger.addFilter(_HandledAsWarning())
+
+
 def _tls_context(settings: MqttSinkSettings) -> ssl.SSLContext:
     try:
         context = ssl.create_default_context(
@@ -295,7 +329,8 @@ class MqttSink:
         """Whether a connection to the broker is up."""
         self.last_error: str | None = None
         """Why the last connection failed or ended, e.g. ``Not authorized``."""
-        self._ever_connected = False
+        self.ever_connected = False
+        """Whether a broker took a connection at least once."""
         self._session_connected = False
 
     # -- producer side (never waits) ---------------------------------------------------------
@@ -371,6 +406,7 @@ class MqttSink:
 
     async def _reconnect_forever(self) -> None:
         backoff = self.settings.backoff_initial
+        probed: set[BrokerAddress] = set()
         while True:
             self._session_connected = False
             try:
@@ -380,6 +416,15 @@ class MqttSink:
                 self.last_error = _describe(group.exceptions[0])
             finally:
                 self.connected = False
+            address = self.address
+            if not self._session_connected and not address.tls and address not in probed:
+                # A plain connection cut or unanswered: is it a TLS port (mqtt:// for mqtts://)?
+                probed.add(address)
+                if await _speaks_tls(address.host, address.port):
+                    self.last_error = (
+                        f"{self.last_error}: the broker speaks TLS on this port; use "
+                        f"mqtts://{address.host}:{address.port}"
+                    )
             if self._session_connected:
                 backoff = self.settings.backoff_initial
             failed = self.address
@@ -404,13 +449,13 @@ class MqttSink:
             self.connected = True
             self._session_connected = True
             self.last_error = None
-            if self._ever_connected:
+            if self.ever_connected:
                 self.reconnects += 1
                 # A restarted broker (or another node) may lack our retained topics: send them
                 # all again, at a bounded rate; ones offered meanwhile go first, as new.
                 pending = self._pending_retained
                 self._resend = {t: m for t, m in self._retained.items() if t not in pending}
-            self._ever_connected = True
+            self.ever_connected = True
             logger.info(
                 "MQTT connected to %s:%d as %r",
                 self.address.host,
@@ -449,7 +494,7 @@ class MqttSink:
             properties=properties,
             timeout=settings.timeout,
             tls_context=self._tls,
-            logger=logger,
+            logger=paho_logger,
         )
 
     @staticmethod

@@ -34,6 +34,9 @@ CHUNK_SIZE = 249
 READ_SIZE = 1 << 16
 """Bytes read from the file at a time."""
 
+CONNECT_LIMIT_S = 15.0
+"""Seconds a replay waits for a broker that does not answer before it gives up."""
+
 MAX_GAP_S = 10.0
 """A jump of the log's clock longer than this (a reboot, a corrupt timestamp) is not waited for."""
 
@@ -68,6 +71,7 @@ class ReplayStats:
         published: Messages the broker took (:func:`replay_to_mqtt`).
         unsent: Messages still waiting when the replay gave up on the broker.
         broker_error: Why the last connection to the broker failed, if it did.
+        gave_up_after_s: Set when no broker was reached in that many seconds (nothing sent).
     """
 
     events: int
@@ -77,6 +81,7 @@ class ReplayStats:
     published: int = 0
     unsent: int = 0
     broker_error: str | None = None
+    gave_up_after_s: float | None = None
 
 
 def _event_time_us(event: ULogEvent) -> int | None:
@@ -194,6 +199,7 @@ async def replay_to_mqtt(
     publish: PublishSettings,
     speed: float | None = 1.0,
     drain_timeout: float = 10.0,
+    connect_limit: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayStats:
     """Replay ``path`` to the broker in ``mqtt`` (what ``ulogstream replay FILE --mqtt URL`` runs).
@@ -207,6 +213,9 @@ async def replay_to_mqtt(
         publish: Topics, encodings and rates.
         speed: Multiple of the log's pace, or None for as fast as the broker takes it.
         drain_timeout: Seconds to wait at the end for unsent messages.
+        connect_limit: Seconds to wait for a first connection (None: :data:`CONNECT_LIMIT_S`):
+            a replay to a broker that is not there gives up then (nothing published,
+            ``broker_error`` says why).
         progress: Called as ``progress(bytes_done, bytes_total)`` as the file is read.
 
     Raises:
@@ -216,14 +225,32 @@ async def replay_to_mqtt(
     """
     policy = PublishPolicy(publish)
     sink = MqttSink(mqtt, will=policy.last_will())
+    limit = CONNECT_LIMIT_S if connect_limit is None else connect_limit
     runner = asyncio.create_task(sink.run())
+    replaying = asyncio.create_task(
+        replay(path, policy=policy, sink=sink, speed=speed, progress=progress)
+    )
     try:
-        stats = await replay(path, policy=policy, sink=sink, speed=speed, progress=progress)
+        await asyncio.wait({replaying}, timeout=limit)
+        if not replaying.done() and not sink.ever_connected:
+            replaying.cancel()  # the broker is not there: give up, say so
+            with contextlib.suppress(asyncio.CancelledError):
+                await replaying
+            return ReplayStats(
+                events=0,
+                messages=0,
+                log_duration_s=0.0,
+                elapsed_s=limit,
+                broker_error=sink.last_error or "no answer",
+                gave_up_after_s=limit,
+            )
+        stats = await replaying
         sink.offer(policy.offline_status(time.monotonic()))
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(drain_timeout):
                 await sink.wait_drained()
     finally:
+        replaying.cancel()
         runner.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await runner

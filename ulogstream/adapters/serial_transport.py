@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import stat
 import termios
+from pathlib import Path
 
 import serial
 
@@ -105,7 +107,8 @@ class SerialTransport:
             port.port = device
             port.open()
         except serial.SerialException as err:
-            raise LinkError(_open_error(device, err)) from err
+            not_a_port = _is_not_a_serial_port(device, err)
+            raise LinkError(_open_error(device, err), permanent=not_a_port) from err
         except ValueError as err:
             msg = f"cannot use serial device {device} at {baud} baud: {err}"
             raise LinkError(msg) from err
@@ -260,7 +263,23 @@ class SerialTransport:
         return f"{self._device}:{self._baud}"
 
 
+def _is_not_a_serial_port(device: str, err: serial.SerialException) -> bool:
+    """Whether ``device`` can never be a serial port (a regular file, /dev/null): no termios."""
+    if err.errno == errno.ENOTTY or "Inappropriate ioctl" in str(err):
+        return True
+    try:
+        mode = Path(device).stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
 def _open_error(device: str, err: serial.SerialException) -> str:
+    if _is_not_a_serial_port(device, err):
+        return (
+            f"{device} is not a serial port (a file or another kind of device); name the "
+            "autopilot's port, e.g. /dev/ttyACM0 (list them with: ls /dev/serial/by-id/)"
+        )
     code = err.errno
     if code == errno.ENOENT:
         return (
