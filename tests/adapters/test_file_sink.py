@@ -21,7 +21,6 @@ from ulogstream.adapters.file_sink import (
     whole_messages_end,
 )
 from ulogstream.adapters.logbook import LOGBOOK_NAME, Logbook
-from ulogstream.config import RecordingSettings
 from ulogstream.ulog.spec import HEADER_SIZE, unpack_message_header
 from ulogstream.ulog.writer import ULogWriter
 
@@ -199,14 +198,6 @@ def test_misuse_raises_runtime_errors(tmp_path: Path) -> None:
     sink.start_log(now_utc=START)
     with pytest.raises(RuntimeError, match="close\\(\\) it first"):
         sink.start_log(now_utc=START)
-
-
-def test_from_settings_uses_the_recording_section(tmp_path: Path) -> None:
-    settings = RecordingSettings(out_dir=tmp_path / "rec", min_free_mb=0, max_logs=3)
-    sink = UlgFileSink.from_settings(settings, folder="uav7")
-    assert sink.out_dir == tmp_path / "rec"
-    path = sink.start_log(now_utc=START).path
-    assert path == tmp_path / "rec" / "uav7" / "2026-11-21" / "10_05_07.ulg.part"
 
 
 @pytest.mark.parametrize("folder", ["", ".", "..", "a/b"])

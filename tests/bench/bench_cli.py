@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pyulog.ulog2csv import convert_ulog2csv
 
-from ulogstream.cli import summarize
+from ulogstream.cli.files import summarize
 from ulogstream.export.csv import export_csv
 from ulogstream.sim.flightlog import generate_flight_log
 

@@ -43,6 +43,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiomqtt
 
@@ -53,9 +54,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 from bench.bench_live import mosquitto  # noqa: E402
 
 from ulogstream.adapters.ulog_file import read  # noqa: E402
-from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings  # noqa: E402
+from ulogstream.live.policy import PublishPolicy  # noqa: E402
 from ulogstream.ulog.parser import ULogParser  # noqa: E402
 from ulogstream.ulog.spec import HEADER_SIZE, MESSAGE_HEADER_SIZE, unpack_message_header  # noqa: E402
+
+if TYPE_CHECKING:
+    from ulogstream.live.outbox import MqttMessage
 
 DATA = ROOT.parent / "shared" / "data" / "ulg"
 DEFAULT_LOG = "pyulog__sample_px4_events.ulg"
@@ -169,7 +173,7 @@ def expected_samples(log: Path) -> tuple[dict[str, int], float]:
     The policy runs here on the log's own time, as if each message arrived when it was logged.
     """
     flight = log.read_bytes()
-    policy = PublishPolicy(PublishSettings(vehicle_id="v", rate_hz=DEFAULT_RATE_HZ))
+    policy = PublishPolicy(vehicle_id="v", default_rate_hz=DEFAULT_RATE_HZ)
     parser = ULogParser(rows=policy.rows_for)
     counts: Counter[str] = Counter()
     prefix = "ulogstream/v/json/"

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python tests/bench/bench_foxglove.py`` (about a minute; needs ``npm install`` in
 ``tests/node`` for the viewer).
 
-(a) CPU of :meth:`ulogstream.daemon.Pipeline.receive` over the recorded stream of
+(a) CPU of :meth:`ulogstream.recorder.pipeline.Pipeline.receive` over the recorded stream of
     ``bench_receive.py`` (a real sample log, datagram by datagram at the USB ceiling's clock), as
     in ``bench_pipeline.py`` part (a) but with the MQTT sink running and publishing to a real
     mosquitto (started on a free port; without mosquitto, no broker: the outbox only fills).
@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,9 +49,9 @@ from bench.bench_pipeline import (  # noqa: E402
 )
 from bench.bench_receive import MB, load_log, recorded_stream  # noqa: E402
 
-from ulogstream.adapters.foxglove_sink import build_foxglove  # noqa: E402
 from ulogstream.adapters.mqtt_sink import MqttSink  # noqa: E402
-from ulogstream.config import FoxgloveSettings  # noqa: E402
+from ulogstream.config.sections import FoxgloveSettings  # noqa: E402
+from ulogstream.recorder.wiring import foxglove_view  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -89,17 +88,18 @@ async def one_pass(
         pipeline, publisher = make_pipeline(Path(tmp))
         mqtt: asyncio.Task[None] | None = None
         if broker is not None:
-            settings = replace(publisher.sink.settings, url=f"mqtt://127.0.0.1:{broker}")
-            publisher.sink = MqttSink(settings)
+            publisher.sink = MqttSink(
+                urls=(f"mqtt://127.0.0.1:{broker}",), client_id="bench", protocol="5"
+            )
             mqtt = asyncio.create_task(publisher.sink.run())
             while not publisher.sink.connected:  # noqa: ASYNC110  # a plain flag of the sink
                 await asyncio.sleep(0.01)
         sink = None
         if foxglove:
-            sink = build_foxglove(FoxgloveSettings(enabled=True, listen="127.0.0.1:0"))
+            sink = foxglove_view(FoxgloveSettings(enabled=True, listen="127.0.0.1:0"))
             assert sink is not None
             sink.start()
-            pipeline.foxglove = sink
+            pipeline.live.foxglove = sink
         with contextlib.ExitStack() as stack:
             if sink is not None and with_viewer:
                 others = set(range(os.cpu_count() or 1)) - os.sched_getaffinity(0)

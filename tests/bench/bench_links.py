@@ -1,7 +1,7 @@
 """Links as they are: the share of the theoretical maximum kept under jitter and across a replug.
 
 Run: ``.venv/bin/python tests/bench/bench_links.py`` (about 2 minutes; ``--quick`` for shorter
-logs). Each case runs a :class:`~ulogstream.daemon.Recorder` and the simulated PX4
+logs). Each case runs a :class:`~ulogstream.recorder.recorder.Recorder` and the simulated PX4
 (:func:`~ulogstream.sim.runner.run_vehicle`) in this process, on a real link, and compares the
 recorded file with the theoretical maximum of what the simulated link delivered
 (``tests/e2e/support.py``: every whole message inside a run of consecutive delivered packets,
@@ -51,7 +51,7 @@ from e2e.support import (  # noqa: E402 (the test helpers live beside the tests)
 )
 
 from ulogstream.adapters.udp_transport import UdpTransport  # noqa: E402
-from ulogstream.daemon import Recorder  # noqa: E402
+from ulogstream.recorder.wiring import build_recorder  # noqa: E402
 from ulogstream.sim.faults import FaultConfig  # noqa: E402
 from ulogstream.sim.runner import RADIO_BANDWIDTH, PtyDevice  # noqa: E402
 from ulogstream.sim.vehicle import RADIO_LINK_RATE, USB_LINK_RATE, VehicleConfig  # noqa: E402
@@ -139,14 +139,16 @@ async def measure(case: Case, directory: Path) -> Result:
     if case.pty:
         device = PtyDevice.create(directory / "pixhawk")
         settings = recorder_settings(str(device.path), directory / "out", idle_timeout_s=30.0)
-        run = await record(log, Recorder(settings), device, config=case.config, faults=case.faults)
+        run = await record(
+            log, build_recorder(settings), device, config=case.config, faults=case.faults
+        )
     else:
         link = await UdpTransport.listen("127.0.0.1", 0)
         connection = f"udpout:127.0.0.1:{link.local_address[1]}"
         settings = recorder_settings(connection, directory / "out", idle_timeout_s=30.0)
         run = await record(
             log,
-            Recorder(settings),
+            build_recorder(settings),
             link,
             config=case.config,
             faults=case.faults,

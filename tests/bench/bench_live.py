@@ -52,10 +52,13 @@ from unittest import mock
 
 import aiomqtt
 
-from ulogstream import daemon
 from ulogstream.adapters import connection
-from ulogstream.config import load_settings
+from ulogstream.config.loader import load_settings
 from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.recorder import decoding
+from ulogstream.recorder import recorder as recorder_module
+from ulogstream.recorder.pipeline import Pipeline
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.stream.packets import LoggingPacket
 from ulogstream.ulog.events import DataRows
@@ -65,9 +68,9 @@ from ulogstream.ulog.spec import HEADER_SIZE, MessageType
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from ulogstream.adapters.connection import ConnectionSpec
     from ulogstream.adapters.transport import Transport
-    from ulogstream.publish import MqttMessage
+    from ulogstream.config.values import ConnectionSpec
+    from ulogstream.live.outbox import MqttMessage
 
 ROOT = Path(__file__).resolve().parents[2]
 VEHICLE_ID = "bench"
@@ -322,7 +325,7 @@ def rebuild_stream(arrivals: list[tuple[float, bytes]], sysid: int, compid: int)
     return StreamTiming(stream, completed, len(unacked), span)
 
 
-def receive_and_flush(pipeline: daemon.Pipeline, data: bytes, now: float) -> None:
+def receive_and_flush(pipeline: Pipeline, data: bytes, now: float) -> None:
     """``Pipeline.receive``, then held samples whose slot has opened (a possible daemon fix)."""
     RECEIVE(pipeline, data, now)
     publisher = pipeline.publisher
@@ -334,7 +337,7 @@ def receive_and_flush(pipeline: daemon.Pipeline, data: bytes, now: float) -> Non
                 publisher.offer(held)
 
 
-RECEIVE = daemon.Pipeline.receive
+RECEIVE = Pipeline.receive
 
 
 async def latency_run(log: Path, broker: int, tmp: Path, *, flush_on_receive: bool) -> None:
@@ -359,8 +362,8 @@ async def latency_run(log: Path, broker: int, tmp: Path, *, flush_on_receive: bo
 
     sub = Subscriber(broker, tmp / "sub-latency.txt")
     await sub.start()
-    with mock.patch.object(daemon, "open_transport", open_timed):
-        recorder = daemon.Recorder(settings)
+    with mock.patch.object(recorder_module, "open_transport", open_timed):
+        recorder = build_recorder(settings)
         publisher = recorder.publisher
         assert publisher is not None
         sink, policy = publisher.sink, publisher.policy
@@ -387,7 +390,7 @@ async def latency_run(log: Path, broker: int, tmp: Path, *, flush_on_receive: bo
         with (
             mock.patch.object(sink, "offer", timed_offer),
             mock.patch.object(policy, "flush_due", marked_flush),
-            mock.patch.object(daemon.Pipeline, "receive", receive),
+            mock.patch.object(Pipeline, "receive", receive),
         ):
             running = asyncio.create_task(recorder.run())
             while not sink.connected:  # noqa: ASYNC110  # a plain flag of the sink
@@ -672,11 +675,11 @@ def main() -> None:
         "--decode-delay",
         type=float,
         help="in 1, seconds the recorder lets written rows wait before decoding them "
-        f"(daemon.DECODE_DELAY_S, default {daemon.DECODE_DELAY_S})",
+        f"(decoding.DECODE_DELAY_S, default {decoding.DECODE_DELAY_S})",
     )
     args = parser.parse_args()
     if args.decode_delay is not None:
-        daemon.DECODE_DELAY_S = args.decode_delay
+        decoding.DECODE_DELAY_S = args.decode_delay
     print(f"before: {uptime()}")
     tmp = Path(tempfile.mkdtemp(prefix="bench_live-"))
     try:

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 import aiomqtt
 
-from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
-from ulogstream.publish import PublishPolicy, PublishSettings
+from ulogstream.adapters.mqtt_sink import MqttSink
+from ulogstream.live.policy import PublishPolicy
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.writer import ULogWriter
 
@@ -78,7 +78,7 @@ def parse_only(chunks: list[bytes]) -> float:
 def parse_and_select(chunks: list[bytes], seconds: float) -> tuple[float, int]:
     """CPU seconds for parser + policy with injected receive times, and messages produced."""
     parser = ULogParser()
-    policy = PublishPolicy(PublishSettings(vehicle_id="bench"))
+    policy = PublishPolicy(vehicle_id="bench")
     produced = len(policy.log_started(wall_time=1.7e9, now=0.0))
     step = seconds / len(chunks)
     started = time.process_time()
@@ -130,9 +130,9 @@ async def pipeline(
 ) -> tuple[int, float, float]:
     """Messages published, wall seconds and CPU seconds for parser + policy + sink + broker."""
     parser = ULogParser()
-    policy = PublishPolicy(PublishSettings(vehicle_id="bench", rate_hz=rate_hz))
+    policy = PublishPolicy(vehicle_id="bench", default_rate_hz=rate_hz)
     step = seconds / len(chunks)
-    sink = MqttSink(MqttSinkSettings(url=f"mqtt://127.0.0.1:{port}", max_outbox=100_000))
+    sink = MqttSink(urls=(f"mqtt://127.0.0.1:{port}",), client_id="test", outbox_size=100_000)
     runner = asyncio.create_task(sink.run())
     while not sink.connected:  # noqa: ASYNC110  # a plain flag of the sink
         await asyncio.sleep(0.01)

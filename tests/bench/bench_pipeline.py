@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python tests/bench/bench_pipeline.py [--full]`` (about 1.5 minutes; ``--full``
 streams an hour's worth of packets in part (c), about 6 minutes).
 
-(a) Throughput of :meth:`ulogstream.daemon.Pipeline.receive` on one core (the process is pinned)
+(a) Throughput of :meth:`~ulogstream.recorder.pipeline.Pipeline.receive` on one core (pinned)
     over the recorded stream of ``bench_receive.py`` (a sample log, datagram by datagram): decode,
     ack, reassemble, file (:class:`UlgFileSink`), incremental ULog parsing of every message and
     the MQTT publish policy at its default 10 Hz cap per topic instance feeding a real
@@ -48,9 +48,11 @@ from bench.bench_receive import MB, load_log, recorded_stream  # noqa: E402
 from ulogstream.adapters.file_sink import UlgFileSink  # noqa: E402
 from ulogstream.adapters.log_files import LogFiles  # noqa: E402
 from ulogstream.adapters.udp_transport import UdpTransport  # noqa: E402
-from ulogstream.config import MqttSettings  # noqa: E402
-from ulogstream.daemon import Pipeline, RecorderStatus, build_publisher  # noqa: E402
+from ulogstream.config.sections import MqttSettings  # noqa: E402
 from ulogstream.mavlink_codec import MavlinkCodec  # noqa: E402
+from ulogstream.recorder.pipeline import Pipeline  # noqa: E402
+from ulogstream.recorder.status import RecorderStatus  # noqa: E402
+from ulogstream.recorder.wiring import build_publisher  # noqa: E402
 from ulogstream.sim.runner import run_vehicle  # noqa: E402
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig  # noqa: E402
 from ulogstream.stream.packets import LoggingAck, LoggingPacket  # noqa: E402
@@ -62,7 +64,7 @@ if TYPE_CHECKING:
 
     from ulogstream.adapters.foxglove_sink import FoxgloveSink
     from ulogstream.adapters.transport import Transport
-    from ulogstream.daemon import Publisher
+    from ulogstream.recorder.decoding import Publisher
 
 USB_PACKETS_PER_S = 2100
 TIMER_EVERY = USB_PACKETS_PER_S // 10
@@ -117,7 +119,8 @@ def pipeline_on_files(
 
 
 def make_pipeline(out_dir: Path, *, max_logs: int = 0) -> tuple[Pipeline, Publisher]:
-    publisher = build_publisher(MqttSettings(url="mqtt://127.0.0.1:1883", vehicle_id="bench"))
+    mqtt = MqttSettings(url="mqtt://127.0.0.1:1883", vehicle_id="bench")
+    publisher = build_publisher(mqtt, vehicle_id="bench", link="bench")
     assert publisher is not None
     pipeline = pipeline_on_files(
         UlgFileSink(out_dir, min_free_mb=0, max_logs=max_logs), publisher=publisher

@@ -56,7 +56,7 @@ from bench.installed import compile_package  # noqa: E402
 
 from ulogstream.adapters.udp_transport import UdpTransport  # noqa: E402
 from ulogstream.adapters.ulog_file import read  # noqa: E402
-from ulogstream.publish import PublishPolicy, PublishSettings  # noqa: E402
+from ulogstream.live.policy import PublishPolicy  # noqa: E402
 from ulogstream.sim.runner import run_vehicle  # noqa: E402
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig  # noqa: E402
 from ulogstream.ulog.parser import RowSelection, RowSelector, ULogParser, no_rows  # noqa: E402
@@ -83,7 +83,7 @@ def _all_rows(_subscription: object) -> RowSelection:
 
 def decode_cpu(log: bytes, piece: int, rows: RowSelector | None, rate: float | None) -> float:
     """CPU seconds to parse ``log`` in ``piece``-byte calls (and publish at ``rate`` Hz)."""
-    policy = None if rate is None else PublishPolicy(PublishSettings(vehicle_id="v", rate_hz=rate))
+    policy = None if rate is None else PublishPolicy(vehicle_id="v", default_rate_hz=rate)
     parser = ULogParser(rows=policy.rows_for if rows is None and policy else rows)
     started = time.process_time()
     now = 0.0

@@ -11,7 +11,7 @@ datagram. Both receivers then run on one core (the process is pinned) over the s
 - ulogstream: ``MavlinkCodec.decode`` -> ``LoggingSession.receive`` -> every ``SendAck`` encoded
   with ``encode_logging_ack`` and handed to a no-op send -> ``WriteUlog`` bytes to a real file
   through :class:`UlgFileSink` (flushed once per simulated second, fsynced on close), exactly the
-  order of :meth:`ulogstream.daemon.Pipeline.receive`.
+  order of :meth:`ulogstream.recorder.pipeline.Pipeline.receive`.
 - reference: written here the way PX4's ``Tools/mavlink_ulog_streaming.py`` works (from
   protocol.md and style.md, not from its code): a pymavlink ``mavutil`` link polled with
   ``recv_match(type=[LOGGING_DATA_ACKED, LOGGING_DATA])``, acks sent with

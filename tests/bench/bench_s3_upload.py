@@ -23,9 +23,9 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, uninstalled
-from ulogstream.adapters.s3_upload import S3Credentials, S3Target
-from ulogstream.adapters.upload import FinishedLogInfo
-from ulogstream.config import S3Settings
+from ulogstream.config.sections import S3Settings
+from ulogstream.upload.info import FinishedLogInfo
+from ulogstream.upload.s3 import S3Credentials, S3Target
 
 TICK_S = 0.01
 

@@ -42,7 +42,7 @@ from daemon.support import (  # noqa: E402
 )
 
 from ulogstream.adapters.ulog_file import read  # noqa: E402
-from ulogstream.demo import free_udp_port  # noqa: E402
+from ulogstream.cli.demo import free_udp_port  # noqa: E402
 from ulogstream.sim.vehicle import USB_LINK_RATE  # noqa: E402
 
 USB_PACKETS_PER_S = 2100

@@ -19,9 +19,9 @@ import threading
 import time
 from pathlib import Path
 
-from ulogstream.adapters.flight_review import FlightReviewTarget
-from ulogstream.adapters.upload import FinishedLogInfo
-from ulogstream.config import FlightReviewSettings
+from ulogstream.config.sections import FlightReviewSettings
+from ulogstream.upload.flight_review import FlightReviewTarget
+from ulogstream.upload.info import FinishedLogInfo
 
 _READ = 1 << 20
 

@@ -12,14 +12,9 @@ from typing import TYPE_CHECKING
 import pytest
 from pyulog import ULog
 
-from ulogstream.cli import (
-    SUBCOMMANDS,
-    ProgressLine,
-    default_kinds,
-    main,
-    summarize,
-    version_string,
-)
+from ulogstream.cli import SUBCOMMANDS, main
+from ulogstream.cli.files import default_kinds, summarize, version_string
+from ulogstream.cli.terminal import ProgressLine
 from ulogstream.sim.flightlog import _PERF_PREFLIGHT
 from ulogstream.ulog.writer import ULogWriter
 

@@ -20,9 +20,10 @@ import pytest
 from daemon.support import Process
 
 from ulogstream import __version__
-from ulogstream.adapters import replay
-from ulogstream.cli import main, run_quietly
-from ulogstream.demo import free_udp_port
+from ulogstream.cli import main
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.cli.live import run_quietly
+from ulogstream.recorder import replay
 from ulogstream.sim.flightlog import generate_flight_log
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from daemon.support import Process, clean_environment, partial_files, recordings
 from mqtt.conftest import fixture_mosquitto
 from waiting import eventually, wait_until
 
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
 from ulogstream.sim.flightlog import generate_flight_log
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ulogstream.config import RecordingSettings, Settings
+from ulogstream.config.sections import RecordingSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "ulogstream.service"

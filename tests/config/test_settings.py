@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import itertools
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
-from ulogstream.config import (
-    BrokerAddress,
+from ulogstream.config.loader import all_keys, load_settings, parse_override
+from ulogstream.config.sections import (
     LinkSettings,
     MqttSettings,
     RecordingSettings,
-    SettingError,
     Settings,
-    all_keys,
-    load_settings,
     mqtt_password,
+)
+from ulogstream.config.values import (
+    BrokerAddress,
+    SettingError,
+    parse_connection,
     parse_mqtt_url,
-    parse_override,
     read_password,
 )
 from ulogstream.errors import ConfigError
@@ -157,63 +157,6 @@ def test_overrides_win_over_the_file(tmp_path: Path) -> None:
     assert settings.mqtt.url is None  # None means "not given on the command line"
 
 
-def test_vehicle_id_defaults_to_the_autopilots_sys_uuid() -> None:
-    mqtt = MqttSettings()
-
-    assert mqtt.uses_sys_uuid
-    uuid = "000600000000383233333039510700340029"
-    assert mqtt.effective_vehicle_id(link="/dev/pixhawk", sys_uuid=uuid) == uuid
-    assert MqttSettings(vehicle_id="drone7").effective_vehicle_id(link="/dev/x") == "drone7"
-
-
-def test_until_the_sys_uuid_is_known_host_link_and_sysid_keep_two_recorders_apart() -> None:
-    host = socket.gethostname().split(".")[0]
-    mqtt = MqttSettings()
-
-    first = mqtt.effective_vehicle_id(link="/dev/pixhawk")
-    second = mqtt.effective_vehicle_id(link="udpin:0.0.0.0:14550", sysid=2)
-
-    assert (first, second) == (f"{host}-pixhawk-sysid1", f"{host}-udpin-0.0.0.0-14550-sysid2")
-
-
-@pytest.mark.parametrize(
-    ("template", "sys_uuid", "expected"),
-    [
-        ("{sys_uuid}", "../../etc", "_._.._etc"),
-        ("{sys_uuid}", "a b/c+d#e\x00", "a_b_c_d_e_"),
-        ("..", None, "_."),
-        ("{sys_uuid}", "", "vehicle"),
-        ("{sys_uuid}", "x" * 300, "x" * 128),
-    ],
-)
-def test_a_filled_in_vehicle_id_is_one_safe_path_component(
-    template: str, sys_uuid: str | None, expected: str
-) -> None:
-    mqtt = MqttSettings(vehicle_id=template)
-    assert mqtt.effective_vehicle_id(link="/dev/x", sys_uuid=sys_uuid) == expected
-
-
-def test_vehicle_and_client_id_templates_are_filled_in() -> None:
-    host = socket.gethostname().split(".")[0]
-    mqtt = MqttSettings(vehicle_id="uav-{sysid}-{link}", client_id="{hostname}/{vehicle}")
-
-    vehicle = mqtt.effective_vehicle_id(link="/dev/serial/by-id/usb-PX4_0", sysid=7)
-
-    assert vehicle == "uav-7-serial-by-id-usb-PX4_0"
-    assert mqtt.effective_client_id(vehicle) == f"{host}/uav-7-serial-by-id-usb-PX4_0"
-    assert MqttSettings().effective_client_id("v1") == "ulogstream-v1"
-
-
-def test_sys_uuid_in_the_vehicle_id_waits_for_it_behind_the_default() -> None:
-    host = socket.gethostname().split(".")[0]
-    mqtt = MqttSettings(vehicle_id="px4-{sys_uuid}")
-
-    assert mqtt.uses_sys_uuid
-    assert not MqttSettings(vehicle_id="{hostname}").uses_sys_uuid
-    assert mqtt.effective_vehicle_id(link="/dev/pixhawk") == f"px4-{host}-pixhawk-sysid1"
-    assert mqtt.effective_vehicle_id(link="/dev/pixhawk", sys_uuid="0006ab") == "px4-0006ab"
-
-
 def test_broker_urls_are_url_then_urls() -> None:
     mqtt = MqttSettings(url="mqtt://a", urls=("mqtt://b:1884", "mqtts://c"))
     assert mqtt.broker_urls() == ("mqtt://a", "mqtt://b:1884", "mqtts://c")
@@ -339,6 +282,13 @@ def test_wrong_types_name_file_key_and_value(tmp_path: Path, text: str, problem:
         ("[mqtt]\nurl = 'mqtt://h?x=1'", "mqtt.url must be only scheme, host and port"),
         ("[mqtt]\nroot = 'a/#'", "mqtt.root must be a non-empty topic without '+', '#' or NUL"),
         ("[mqtt]\nroot = '/a'", "mqtt.root must not start or end with '/'"),
+        ("[mqtt]\nroot = 'a/'", "mqtt.root must not start or end with '/'"),
+        (
+            "[mqtt]\nroot = 'a//b'",
+            "mqtt.root must not start or end with '/' or hold an empty level ('//'), not 'a//b'",
+        ),
+        ("[mqtt]\nvehicle_id = ''", "mqtt.vehicle_id must be one non-empty topic level"),
+        ("[mqtt.rates]\nx = nan", "mqtt.rates.x must be >= 0 Hz, not nan"),
         ("[mqtt]\nvehicle_id = 'a/b'", "mqtt.vehicle_id must be one non-empty topic level"),
         ("[mqtt]\nencodings = []", "mqtt.encodings must list at least one encoding"),
         ("[mqtt]\nencodings = ['json', 'json']", "mqtt.encodings lists an encoding twice"),
@@ -346,10 +296,14 @@ def test_wrong_types_name_file_key_and_value(tmp_path: Path, text: str, problem:
         ("[mqtt]\ntls_cert_file = 'c.pem'", "mqtt.tls_key_file must be set together with"),
         ("[mqtt]\ntls_key_file = 'c.key'", "mqtt.tls_cert_file must be set together with"),
         (
-            "[mqtt]\npassword_file = 'p'\npassword_env = 'P'",
+            "[mqtt]\nusername = 'u'\npassword_file = 'p'\npassword_env = 'P'",
             "mqtt.password_env cannot be set together with mqtt.password_file",
         ),
-        ("[mqtt]\npassword_env = ''", "mqtt.password_env must name a variable"),
+        ("[mqtt]\nusername = 'u'\npassword_env = ''", "mqtt.password_env must name a variable"),
+        (
+            "[mqtt]\npassword_env = 'P'",
+            "mqtt.username must be set when a password is (mqtt.password_file or",
+        ),
         (
             "[mqtt]\npassword = 'hunter2'",
             "mqtt.password is never accepted inline; use mqtt.password_file or mqtt.password_env",
@@ -361,9 +315,16 @@ def test_wrong_types_name_file_key_and_value(tmp_path: Path, text: str, problem:
         ("[link]\nconnection = ' '", "link.connection must not be empty"),
         (
             "[link]\nconnection = 'udpin:0.0.0.0:70000'",
-            "link.connection has port '70000', which is not from 1 to 65535",
+            "link.connection 'udpin:0.0.0.0:70000' is not valid (port 70000 is outside 0-65535)",
         ),
-        ("[link]\nconnection = 'udpout:host:'", "link.connection has port '', which is not"),
+        (
+            "[link]\nconnection = 'udpout:host:'",
+            "link.connection 'udpout:host:' is not valid (port '' is not a number)",
+        ),
+        (
+            "[link]\nconnection = 'tcpin:127.0.0.1:99999'",
+            "link.connection 'tcpin:127.0.0.1:99999' is not valid (port 99999 is outside 0-65535)",
+        ),
         ("[recording]\nmin_free_mb = -1", "recording.min_free_mb must be >= 0 MB, not -1"),
         ("[recording]\nmax_logs = -2", "recording.max_logs must be >= 0, not -2"),
         ("[recording]\nmax_total_mb = -3", "recording.max_total_mb must be >= 0 MB, not -3"),
@@ -480,11 +441,11 @@ def test_parse_override_names_an_unknown_key() -> None:
 def test_password_from_a_file_uses_its_first_line(tmp_path: Path) -> None:
     secret = tmp_path / "password"
     secret.write_text("s3cret\n")
-    assert mqtt_password(MqttSettings(password_file=secret)) == "s3cret"
+    assert mqtt_password(MqttSettings(username="u", password_file=secret)) == "s3cret"
 
 
 def test_password_from_the_environment() -> None:
-    mqtt = MqttSettings(password_env="ULS_TEST_PASSWORD")  # noqa: S106 (a variable name)
+    mqtt = MqttSettings(username="u", password_env="ULS_TEST_PASSWORD")  # noqa: S106 (a variable name)
     assert mqtt_password(mqtt, {"ULS_TEST_PASSWORD": "pw"}) == "pw"
     with pytest.raises(ConfigError, match=r"^mqtt.password_env names \$ULS_TEST_PASSWORD, which"):
         mqtt_password(mqtt, {})
@@ -494,7 +455,7 @@ def test_unreadable_password_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError, match=f"^mqtt.password_file {tmp_path}/absent cannot be read: No such file"
     ):
-        mqtt_password(MqttSettings(password_file=tmp_path / "absent"))
+        mqtt_password(MqttSettings(username="u", password_file=tmp_path / "absent"))
 
 
 def test_no_password_configured() -> None:
@@ -516,7 +477,14 @@ def test_broker_urls_are_parsed(url: str, address: BrokerAddress) -> None:
 def test_read_password_is_the_one_reader_of_the_password_file_and_variable(tmp_path: Path) -> None:
     secret = tmp_path / "password"
     secret.write_text("s3cret\nsecond line\n")
-    mqtt = MqttSettings(password_file=secret)
+    mqtt = MqttSettings(username="u", password_file=secret)
     assert read_password(secret, None) == mqtt_password(mqtt) == "s3cret"
     with pytest.raises(ConfigError, match="choose one"):
         read_password(secret, "VARIABLE", {"VARIABLE": "x"})
+
+
+@pytest.mark.parametrize("connection", ["udpin:127.0.0.1:0", "tcpin:127.0.0.1:0"])
+def test_a_listening_link_on_port_0_is_a_valid_setting(connection: str) -> None:
+    """One parser of connection strings: the configuration takes what parse_connection takes."""
+    assert load_settings(None, {"link.connection": connection}).link.connection == connection
+    assert parse_connection(connection).port == 0

@@ -80,7 +80,7 @@ CASES: list[tuple[str, str, list[str]]] = [
     (
         "bad-port",
         '[link]\nconnection = "udpin:0.0.0.0:70000"\n',
-        ["link.connection has port '70000'"],
+        ["link.connection 'udpin:0.0.0.0:70000' is not valid (port 70000 is outside 0-65535)"],
     ),
     (
         "bad-connection",
@@ -158,7 +158,8 @@ def test_missing_password_file(tmp_path: Path, notify_socket: tuple[socket.socke
     config = tmp_path / "mqtt.toml"
     missing = tmp_path / "mqtt-password"
     config.write_text(
-        f'[mqtt]\nurl = "mqtt://127.0.0.1:1883"\npassword_file = "{missing}"\n', encoding="utf-8"
+        f'[mqtt]\nurl = "mqtt://127.0.0.1:1883"\nusername = "u"\npassword_file = "{missing}"\n',
+        encoding="utf-8",
     )
     out = tmp_path / "recordings"
     code, _, stderr = run_failing(

@@ -18,10 +18,10 @@ import pytest
 from daemon.support import Process, daemon_config
 from e2e.support import PtyPair
 
-from ulogstream.config import LinkSettings, RecordingSettings, Settings
-from ulogstream.daemon import Recorder
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.config.sections import LinkSettings, RecordingSettings, Settings
 from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.recorder.wiring import build_recorder
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -155,7 +155,7 @@ async def test_a_silent_udp_link_gets_the_network_hint(
         link=LinkSettings(connection=connection, hint_after_s=float(HINT_AFTER)),
         recording=RecordingSettings(out_dir=tmp_path, min_free_mb=10),
     )
-    recorder = Recorder(settings)
+    recorder = build_recorder(settings)
     waiter = LineWaiter(
         f"nothing arrives on {connection} (wrong address or port? is a PX4 MAVLink instance"
     )
@@ -176,7 +176,7 @@ def test_hints_name_the_likely_cause_and_stay_quiet_once_mavlink_arrives(tmp_pat
     key_file = tmp_path / "signing.key"
     key_file.write_text("ab" * 32)
     link = LinkSettings(connection="udpin:127.0.0.1:14550", signing_key_file=key_file)
-    recorder = Recorder(Settings(link=link, recording=RecordingSettings(out_dir=tmp_path)))
+    recorder = build_recorder(Settings(link=link, recording=RecordingSettings(out_dir=tmp_path)))
     codec = MavlinkCodec(system_id=254, component_id=155, signing_key=bytes.fromhex("ab" * 32))
     unsigned = MavlinkCodec(system_id=1, component_id=1).encode_heartbeat()
     codec.decode(unsigned)  # rejected: a key is configured and the frame is not signed

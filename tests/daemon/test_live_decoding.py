@@ -11,16 +11,19 @@ from daemon.support import json_samples, recordings, subscriber
 from e2e.support import flight_log, record, recorder_settings, vehicle_packets
 from waiting import eventually
 
-from ulogstream import daemon
 from ulogstream.adapters.file_sink import UlgFileSink
 from ulogstream.adapters.log_files import LogFiles
-from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
+from ulogstream.adapters.mqtt_sink import MqttSink
 from ulogstream.adapters.ulog_file import read
-from ulogstream.config import MqttSettings
-from ulogstream.daemon import Pipeline, Publisher, Recorder, RecorderStatus
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.config.sections import MqttSettings
+from ulogstream.live.policy import PublishPolicy
 from ulogstream.mavlink_codec import MavlinkCodec
-from ulogstream.publish import PublishPolicy, PublishSettings
+from ulogstream.recorder import decoding as daemon
+from ulogstream.recorder.decoding import Publisher
+from ulogstream.recorder.pipeline import Pipeline
+from ulogstream.recorder.status import RecorderStatus
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 from ulogstream.stream.session import LoggingSession
 
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from mqtt.conftest import Broker
+
+    from ulogstream.recorder.recorder import Recorder
 
 USB = VehicleConfig(link_rate=USB_LINK_RATE, speed=None, stop_accept_delay=0.0)
 
@@ -44,7 +49,7 @@ async def record_log(log: bytes, tmp_path: Path, mqtt: MqttSettings | None = Non
     settings = recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path / "out")
     if mqtt is not None:
         settings = dataclasses.replace(settings, mqtt=mqtt)
-    recorder = Recorder(settings, once=True)
+    recorder = build_recorder(settings, once=True)
     run = await record(log, recorder, f"udpout:127.0.0.1:{port}", config=USB)
     assert run.exit_code == 0
     (path,) = run.files
@@ -109,9 +114,11 @@ async def test_decoding_is_cut_into_slices_that_give_the_loop_back(
     """A whole log's backlog is decoded one slice per loop turn, and nothing is lost."""
     monkeypatch.setattr(daemon, "DECODE_SLICE_S", 0.0)  # every call ends after one piece
     log = flight_log(3.0, seed=12)
-    policy = PublishPolicy(PublishSettings(vehicle_id="v", rate_hz=0.0))
+    policy = PublishPolicy(vehicle_id="v", default_rate_hz=0.0)
     # Never connected: the outbox keeps every sample offered (real sink, no broker needed).
-    sink = MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=1_000_000))
+    sink = MqttSink(
+        urls=("mqtt://127.0.0.1:1",), client_id="test", protocol="5", outbox_size=1_000_000
+    )
     files = LogFiles(UlgFileSink(tmp_path, min_free_mb=0), lambda _event: None)
     pipeline = Pipeline(
         codec=MavlinkCodec(system_id=254, component_id=155),
@@ -133,15 +140,15 @@ async def test_decoding_is_cut_into_slices_that_give_the_loop_back(
             acked=packet.needs_ack,
         )
         pipeline.receive(datagram, 0.0)
-    parser = pipeline._parser
+    parser = pipeline.live._parser
     assert parser is not None
     assert parser.offset == 0  # nothing decoded on the ack path
 
-    pipeline.decode_backlog()
+    pipeline.live.decode_backlog()
     assert 0 < parser.offset <= daemon.DECODE_SLICE_BYTES + 300  # one slice, then the loop
-    assert pipeline._decode_backlog
+    assert pipeline.live._decode_backlog
     await eventually(
-        lambda: not pipeline._decode_backlog and not pipeline._pending_events,
+        lambda: not pipeline.live._decode_backlog and not pipeline.live._pending_events,
         what="the backlog was not decoded slice by slice",
     )
     pipeline.abandon(0.0)
@@ -149,7 +156,7 @@ async def test_decoding_is_cut_into_slices_that_give_the_loop_back(
     (path,) = recordings(tmp_path)
     assert path.read_bytes() == log
     rows = sum(len(topic.timestamps_us) for topic in read(path).topics.values())
-    outbox = sink._outbox
+    outbox = sink.outbox._samples
     assert sum(1 for message in outbox if "/json/" in message.topic) == rows
 
 

@@ -23,7 +23,7 @@ from mqtt.conftest import Broker, broker_config, free_port, make_certificates
 from waiting import eventually
 
 from ulogstream.adapters.ulog_file import read
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from e2e.support import FdTransport, PtyPair
 from link.support import point_symlink
 from waiting import stays_true, wait_until
 
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
 from ulogstream.sim.vehicle import VehicleConfig
 
 if TYPE_CHECKING:
@@ -160,6 +160,9 @@ async def test_serial_device_that_vanishes_and_returns(
     stop_first.set()
     await vehicle
     first.close()
+    # Unplugged: the path goes away with the device, as /dev/serial/by-id links do. (Left
+    # pointing at /dev/pts/N, the daemon's retries could open another test's new pty.)
+    device.unlink()
     await daemon.await_line("stopped working")
     await daemon.await_line("the open log waits for it to come back")
     await daemon.await_line("retrying")

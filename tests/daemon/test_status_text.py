@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ulogstream.config import LinkSettings, RecordingSettings, Settings
-from ulogstream.daemon import Recorder
+from ulogstream.config.sections import LinkSettings, RecordingSettings, Settings
+from ulogstream.recorder.wiring import build_recorder
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 def test_rate_is_a_dash_until_a_second_was_measured_and_counts_take_their_plural(
     tmp_path: Path,
 ) -> None:
-    recorder = Recorder(
+    recorder = build_recorder(
         Settings(
             link=LinkSettings(connection="udpin:127.0.0.1:14550"),
             recording=RecordingSettings(out_dir=tmp_path, min_free_mb=0),

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ulogstream import daemon
 from ulogstream.adapters.file_sink import FinishedLog
-from ulogstream.config import LinkSettings, RecordingSettings, Settings
-from ulogstream.daemon import FINISHED_LOGS_KEPT, Recorder, RecorderStatus
+from ulogstream.config.sections import LinkSettings, RecordingSettings, Settings
+from ulogstream.recorder import recorder as daemon
+from ulogstream.recorder.status import FINISHED_LOGS_KEPT, RecorderStatus
+from ulogstream.recorder.wiring import build_recorder
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,7 +31,7 @@ async def test_a_failing_side_task_is_logged_with_its_cause_and_restarted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(daemon, "RESTART_BACKOFF", (0.01,))
-    recorder = Recorder(
+    recorder = build_recorder(
         Settings(
             link=LinkSettings(connection="udpin:127.0.0.1:14550"),
             recording=RecordingSettings(out_dir=tmp_path, min_free_mb=0),
@@ -56,7 +57,7 @@ async def test_a_failing_side_task_is_logged_with_its_cause_and_restarted(
 
 
 def test_reorder_window_settings_reach_each_vehicles_session(tmp_path: Path) -> None:
-    recorder = Recorder(
+    recorder = build_recorder(
         Settings(
             link=LinkSettings(
                 connection="udpin:127.0.0.1:14550", reorder_packets=0, reorder_window_s=0.5
@@ -64,7 +65,7 @@ def test_reorder_window_settings_reach_each_vehicles_session(tmp_path: Path) -> 
             recording=RecordingSettings(out_dir=tmp_path, min_free_mb=0),
         )
     )
-    session = recorder._new_session(3)
+    session = recorder.parts.session(3)
     assert session.autopilot_system == 3
     reassembler = session._reassembler
     assert (reassembler._reorder_packets, reassembler._reorder_time) == (0, 0.5)

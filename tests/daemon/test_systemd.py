@@ -13,7 +13,7 @@ import pytest
 from daemon.support import Process, clean_environment, daemon_config, received
 from waiting import wait_until
 
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
 
 if TYPE_CHECKING:
     import socket

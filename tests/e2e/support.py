@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pyulog import ULog
 
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.config import LinkSettings, RecordingSettings, Settings
+from ulogstream.config.sections import LinkSettings, RecordingSettings, Settings
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.sim.faults import NO_FAULTS, FaultConfig
 from ulogstream.sim.flightlog import generate_flight_log
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     import pytest
 
     from ulogstream.adapters.transport import Transport
-    from ulogstream.daemon import Recorder
+    from ulogstream.recorder.recorder import Recorder
 
 RECEIVER_SYSTEM = DEFAULT_SYSTEM_ID
 RECEIVER_COMPONENT = MAV_COMP_ID_LOG

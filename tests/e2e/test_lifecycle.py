@@ -34,9 +34,9 @@ from waiting import eventually, holds_for
 
 from ulogstream.adapters import file_sink
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.daemon import Recorder
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
 from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
@@ -60,7 +60,7 @@ async def test_reboot_mid_log_gives_two_valid_files(
     caplog.set_level(logging.INFO, logger="ulogstream")
     log = flight_log(4.0, seed=21)
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path))
+    recorder = build_recorder(recorder_settings(connection, tmp_path))
     faults = FaultConfig(reboot_at=400)
     run = await record(log, recorder, link, faults=faults, stop_after_log=1)
     assert run.exit_code == 0
@@ -88,7 +88,7 @@ async def test_a_cut_past_the_idle_timeout_finishes_the_file_and_the_log_goes_on
     caplog.set_level(logging.INFO, logger="ulogstream")
     log = flight_log(8.0, seed=22)
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path, idle_timeout_s=0.5))
+    recorder = build_recorder(recorder_settings(connection, tmp_path, idle_timeout_s=0.5))
     config = VehicleConfig(link_rate=USB_LINK_RATE, speed=None, stop_accept_delay=0.0)
     faults = FaultConfig(cut_at=800, cut_seconds=2.0)
     files_at_cut_end: list[int] = []
@@ -143,7 +143,7 @@ async def test_stop_handshake_records_the_acked_post_flight_tail(tmp_path: Path)
     log = flight_log(15.0, seed=23)  # shorter generated flights end with 'Landing detected'
     assert spans(log)[-1].msg_type == MessageType.INFO_MULTIPLE
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(connection, tmp_path), once=True)
     delivered_at: list[float] = []
     config = VehicleConfig(link_rate=None, speed=None)  # 0.19 s from IN_PROGRESS to ACCEPTED
     run = await record(
@@ -176,7 +176,7 @@ async def test_stop_brings_a_synthesised_perf_message_into_the_file(tmp_path: Pa
         writer.data(msg_id, (1_000_000 + number * 1000).to_bytes(8, "little") + bytes(4))
     log = writer.getvalue()
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(connection, tmp_path), once=True)
     config = VehicleConfig(link_rate=None, speed=None, synthesize_perf=True)
     run = await record(log, recorder, link, config=config)
     (path,) = run.files
@@ -193,7 +193,7 @@ async def test_stop_brings_a_synthesised_perf_message_into_the_file(tmp_path: Pa
 async def test_backend_off_is_rejected_after_one_stop_and_retry(tmp_path: Path) -> None:
     link, connection = await listening_vehicle()
     counting = CountingTransport(link)
-    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(connection, tmp_path), once=True)
     config = VehicleConfig(link_rate=None, speed=None, backend_off=True)
     run = await record(flight_log(1.0), recorder, counting, config=config, stop_after_log=None)
     assert run.exit_code == 1
@@ -237,7 +237,7 @@ async def test_stream_left_running_by_a_crashed_receiver_is_taken_over(tmp_path:
     acking.cancel()
     await crashed.aclose()
 
-    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(connection, tmp_path), once=True)
     recorder_task = asyncio.create_task(recorder.run())
     await eventually(lambda: len(delivered) == 2, what="the recorder never got its own stream")
     recorder.request_stop()
@@ -257,7 +257,7 @@ async def test_stream_left_running_by_a_crashed_receiver_is_taken_over(tmp_path:
 async def test_denied_is_a_clear_error_without_retries(tmp_path: Path) -> None:
     link, connection = await listening_vehicle()
     counting = CountingTransport(link)
-    recorder = Recorder(recorder_settings(connection, tmp_path))  # not --once: it would go on
+    recorder = build_recorder(recorder_settings(connection, tmp_path))  # not --once: it would go on
     config = VehicleConfig(link_rate=4000.0, speed=None)  # a telemetry radio's rate
 
     async def stop_later() -> None:
@@ -282,7 +282,7 @@ async def test_denied_is_a_clear_error_without_retries(tmp_path: Path) -> None:
 async def test_denied_with_once_exits_non_zero(tmp_path: Path) -> None:
     link, connection = await listening_vehicle()
     counting = CountingTransport(link)
-    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(connection, tmp_path), once=True)
     config = VehicleConfig(link_rate=4000.0, speed=None)
     run = await record(flight_log(1.0), recorder, counting, config=config, stop_after_log=None)
     assert run.exit_code == 1
@@ -297,7 +297,9 @@ async def test_another_clients_stop_makes_the_recorder_stream_again(
     caplog.set_level(logging.INFO, logger="ulogstream")
     log = flight_log(3.0, seed=25)
     port = free_udp_port()
-    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path, idle_timeout_s=1.0))
+    recorder = build_recorder(
+        recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path, idle_timeout_s=1.0)
+    )
     vehicle_link = await UdpTransport.connect("127.0.0.1", port)
     # A ground station on the same vehicle: its commands reach the vehicle, whose replies go
     # out on the recorder's link (PX4 sends COMMAND_ACK on every link).
@@ -329,7 +331,7 @@ async def test_another_clients_stop_ends_the_log_as_complete_at_once(
 ) -> None:
     caplog.set_level(logging.INFO, logger="ulogstream")
     port = free_udp_port()
-    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path), once=True)
     vehicle_link = await UdpTransport.connect("127.0.0.1", port)
     ground_station = await UdpTransport.connect("127.0.0.1", vehicle_link.local_address[1])
     gcs_codec = MavlinkCodec(system_id=255, component_id=190)
@@ -364,7 +366,7 @@ async def test_new_log_with_another_header_mid_stream_starts_a_second_file(
     log_a = flight_log(3.0, seed=27)
     log_b = flight_log(2.0, seed=28, start_timestamp_us=17_000_000)
     port = free_udp_port()
-    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
+    recorder = build_recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
     recorder_task = asyncio.create_task(recorder.run())
     vehicle = await UdpTransport.connect("127.0.0.1", port)
     codec = MavlinkCodec(system_id=1, component_id=1)
@@ -423,7 +425,7 @@ async def record_past_a_disk_fault(tmp_path: Path, *, seed: int) -> tuple[str, P
     """
     log = flight_log(4.0, seed=seed)
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path))
+    recorder = build_recorder(recorder_settings(connection, tmp_path))
     run = await record(log, recorder, link, faults=FaultConfig(reboot_at=400), stop_after_log=1)
     assert run.exit_code == 0
     (second,) = run.files
@@ -489,7 +491,7 @@ async def test_a_stream_ended_during_its_header_leaves_no_log_file(
     caplog.set_level(logging.INFO, logger="ulogstream")
     log = flight_log(4.0, seed=23)
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path, idle_timeout_s=1.0))
+    recorder = build_recorder(recorder_settings(connection, tmp_path, idle_timeout_s=1.0))
     config = VehicleConfig(link_rate=USB_LINK_RATE, speed=None, stop_accept_delay=0.0)
     faults = FaultConfig(cut_at=20, cut_seconds=4.0)  # ACKED packet 20 goes unanswered
     run = await record(

@@ -27,7 +27,7 @@ from e2e.support import (
     within_reorder_window,
 )
 
-from ulogstream.daemon import Recorder
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.runner import RADIO_BANDWIDTH, PtyDevice
 from ulogstream.sim.vehicle import (
@@ -72,7 +72,7 @@ async def test_reordering_within_the_window_keeps_the_whole_log(
 ) -> None:
     log = flight_log(3.0, seed=41)
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(connection, tmp_path), once=True)
     config = VehicleConfig(link_rate=link_rate, speed=None, stop_accept_delay=0.0)
     faults = FaultConfig(seed=41, delay=delay, jitter=jitter)
     run = await record(log, recorder, link, config=config, faults=faults)
@@ -98,7 +98,7 @@ async def test_reordering_within_the_window_keeps_the_whole_log(
 async def test_reordering_and_loss_give_the_theoretical_maximum(tmp_path: Path) -> None:
     log = flight_log(3.0, seed=42)
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(connection, tmp_path), once=True)
     config = VehicleConfig(link_rate=UDP_LINK_RATE, speed=None, stop_accept_delay=0.0)
     faults = FaultConfig(seed=42, loss=0.03, delay=0.03, jitter=0.02)
     run = await record(log, recorder, link, config=config, faults=faults)
@@ -121,7 +121,9 @@ async def test_usb_replug_mid_log_keeps_one_file_with_one_dropout(
     caplog.set_level(logging.INFO, logger="ulogstream")
     log = flight_log(16.0, seed=43)
     device = PtyDevice.create(tmp_path / "pixhawk")
-    recorder = Recorder(recorder_settings(str(device.path), tmp_path / "out", idle_timeout_s=30.0))
+    recorder = build_recorder(
+        recorder_settings(str(device.path), tmp_path / "out", idle_timeout_s=30.0)
+    )
     # PX4 on USB replays the flight at 4x (about 880 packets/s); the cable is pulled for 1.5 s
     # a quarter into the data, while unacked data flows on into the void.
     config = VehicleConfig(link_rate=USB_LINK_RATE, speed=4.0, stop_accept_delay=0.0)
@@ -169,7 +171,7 @@ async def test_stop_over_a_slow_radio_records_the_whole_end_of_the_log(
     caplog.set_level(logging.INFO, logger="ulogstream")
     log = radio_log()
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(connection, tmp_path), once=True)
     # A 57600-baud radio: 5.7 KB/s on the wire, 40 ms each way (80 ms round trip), 2 % loss.
     config = VehicleConfig(
         link_rate=RADIO_LINK_RATE,
@@ -211,7 +213,7 @@ async def test_udp_blackout_of_5_s_mid_log_keeps_one_file(
     caplog.set_level(logging.INFO, logger="ulogstream")
     log = flight_log(10.0, seed=45)
     link, connection = await listening_vehicle()
-    recorder = Recorder(recorder_settings(connection, tmp_path, idle_timeout_s=30.0))
+    recorder = build_recorder(recorder_settings(connection, tmp_path, idle_timeout_s=30.0))
     # Real time within the UDP budget (about 210 of 270 packets/s): only the blackout loses data.
     config = VehicleConfig(link_rate=UDP_LINK_RATE, speed=1.0, stop_accept_delay=0.0)
     faults = FaultConfig(cut_at=700, cut_seconds=5.0)

@@ -17,8 +17,8 @@ from e2e.support import (
 )
 
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.daemon import Recorder
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def assert_one_identical_file(files: list[Path], log: bytes) -> None:
 async def test_vehicle_on_udpout_to_a_recorder_on_udpin(tmp_path: Path, seed: int) -> None:
     log = flight_log(8.0, seed=seed)
     port = free_udp_port()
-    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path), once=True)
     run = await record(log, recorder, f"udpout:127.0.0.1:{port}")
     assert run.exit_code == 0
     assert_one_identical_file(run.files, log)
@@ -72,7 +72,7 @@ async def test_recorder_on_udpout_to_a_listening_vehicle(tmp_path: Path) -> None
     log = flight_log(6.0, seed=4)
     vehicle_link = await UdpTransport.listen("127.0.0.1", 0)
     port = vehicle_link.local_address[1]
-    recorder = Recorder(recorder_settings(f"udpout:127.0.0.1:{port}", tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(f"udpout:127.0.0.1:{port}", tmp_path), once=True)
     run = await record(log, recorder, vehicle_link, config=USB)
     assert run.exit_code == 0
     assert_one_identical_file(run.files, log)
@@ -82,7 +82,7 @@ async def test_recorder_on_udpout_to_a_listening_vehicle(tmp_path: Path) -> None
 @pytest.mark.timeout(60)
 async def test_serial_pty_at_usb_rate(tmp_path: Path, pty_pair: PtyPair) -> None:
     log = flight_log(6.0, seed=5)
-    recorder = Recorder(recorder_settings(f"{pty_pair.device}:921600", tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(f"{pty_pair.device}:921600", tmp_path), once=True)
     vehicle_link = FdTransport(pty_pair.master, "pty master")
     run = await record(log, recorder, vehicle_link, config=USB)
     assert run.exit_code == 0
@@ -97,7 +97,7 @@ async def test_serial_pty_unlimited_rate_splits_frames_anywhere(
     tmp_path: Path, pty_pair: PtyPair
 ) -> None:
     log = flight_log(3.0, seed=6)
-    recorder = Recorder(recorder_settings(pty_pair.device, tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(pty_pair.device, tmp_path), once=True)
     run = await record(log, recorder, FdTransport(pty_pair.master, "pty master"), config=FAST)
     assert run.exit_code == 0
     assert_one_identical_file(run.files, log)
@@ -112,7 +112,7 @@ async def test_sample_logs_over_udp_are_byte_identical(tmp_path: Path, name: str
     log = shared_ulg(name).read_bytes()
     vehicle_link = await UdpTransport.listen("127.0.0.1", 0)
     port = vehicle_link.local_address[1]
-    recorder = Recorder(recorder_settings(f"udpout:127.0.0.1:{port}", tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(f"udpout:127.0.0.1:{port}", tmp_path), once=True)
     run = await record(log, recorder, vehicle_link)
     assert run.exit_code == 0
     assert_one_identical_file(run.files, log)

@@ -23,7 +23,7 @@ from e2e.support import (
 )
 
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.daemon import Recorder
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.stream.reassembler import DATA_SECTION_TYPES
 
@@ -39,7 +39,7 @@ MAX_DROPOUT_MS = 5000
 async def record_lossy(log: bytes, tmp_path: Path, faults: FaultConfig) -> Session:
     vehicle_link = await UdpTransport.listen("127.0.0.1", 0)
     port = vehicle_link.local_address[1]
-    recorder = Recorder(recorder_settings(f"udpout:127.0.0.1:{port}", tmp_path), once=True)
+    recorder = build_recorder(recorder_settings(f"udpout:127.0.0.1:{port}", tmp_path), once=True)
     run = await record(log, recorder, vehicle_link, config=FAST, faults=faults)
     assert run.exit_code == 0
     assert len(run.files) == 1

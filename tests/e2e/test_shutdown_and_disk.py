@@ -26,11 +26,11 @@ from e2e.support import (
 )
 from waiting import eventually
 
-from ulogstream import daemon
 from ulogstream.adapters.file_sink import MB, UlgFileSink, whole_messages_end
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.daemon import Recorder
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.recorder import pipeline as daemon
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig, split_log
 from ulogstream.stream.packets import MAV_CMD_LOGGING_START, MAV_CMD_LOGGING_STOP
@@ -112,7 +112,7 @@ async def test_leftover_part_files_are_recovered_at_start_up(
     headless = interrupted(tmp_path, b"\0" * 100, when=datetime(2026, 1, 1, 10, 5, tzinfo=UTC))
     foreign = tmp_path / "uav1" / "2026-01-01" / "09_00_00.ulg.part"  # not written by us
     foreign.write_bytes(log[:cut])
-    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{free_udp_port()}", tmp_path))
+    recorder = build_recorder(recorder_settings(f"udpin:127.0.0.1:{free_udp_port()}", tmp_path))
     task = asyncio.create_task(recorder.run())
     final = crashed.with_name("10_00_00.ulg")
     await eventually(final.exists, what="the .part was not recovered")
@@ -167,8 +167,12 @@ async def test_a_full_disk_ends_the_file_not_the_recording_which_goes_on_once_sp
     disk = FakeDisk(tmp_path, room=300_000)
     link = await UdpTransport.listen("127.0.0.1", 0)
     counting = CountingTransport(link)
-    recorder = Recorder(recorder_settings(f"udpout:127.0.0.1:{link.local_address[1]}", tmp_path))
-    recorder.sink = UlgFileSink(tmp_path, min_free_mb=1, disk_usage=disk)
+    recorder = build_recorder(
+        recorder_settings(f"udpout:127.0.0.1:{link.local_address[1]}", tmp_path)
+    )
+    recorder.parts.files = lambda _sysid, _vehicle: UlgFileSink(
+        tmp_path, min_free_mb=1, disk_usage=disk
+    )
     config = VehicleConfig(link_rate=USB_LINK_RATE, speed=8.0, stop_accept_delay=0.0)
 
     async def free_space_once_full() -> None:

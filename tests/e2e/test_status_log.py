@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 from e2e.support import flight_log, record, recorder_settings
 
-from ulogstream import daemon
-from ulogstream.daemon import Recorder
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.recorder import recorder as daemon
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ async def test_counters_are_logged_as_key_value_lines_for_the_journal(
     caplog.set_level(logging.INFO, logger="ulogstream")
     log = flight_log(10.0)
     port = free_udp_port()
-    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
+    recorder = build_recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
     usb = VehicleConfig(link_rate=USB_LINK_RATE, speed=None)  # ~1 s: several status periods
     session = await record(log, recorder, f"udpout:127.0.0.1:{port}", config=usb)
     assert session.exit_code == 0

@@ -15,14 +15,16 @@ from e2e.support import FAST, flight_log, recorder_settings
 from waiting import eventually
 
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.daemon import Recorder
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
 from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.runner import SimSummary, run_vehicle
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
+
+    from ulogstream.recorder.recorder import Recorder
 
 
 def files(root: Path, pattern: str, *, depth: int) -> list[Path]:
@@ -85,7 +87,7 @@ async def test_every_vehicle_on_a_link_is_recorded_apart(tmp_path: Path) -> None
     }
     port = free_udp_port()
     link = f"udpin:127.0.0.1:{port}"
-    recorder = Recorder(recorder_settings(link, tmp_path))
+    recorder = build_recorder(recorder_settings(link, tmp_path))
     summaries = await record_vehicles(recorder, port, logs, wait_for={1, 2})
     # Until a log showed their sys_uuid, host, link and sysid name them.
     stand_in = f"{socket.gethostname().split('.')[0]}-udpin-127.0.0.1-{port}-sysid"
@@ -97,7 +99,7 @@ async def test_every_vehicle_on_a_link_is_recorded_apart(tmp_path: Path) -> None
     assert {system_id: s.logs_stopped for system_id, s in summaries.items()} == {1: 1, 2: 1}
     assert set(recorder.vehicles) == {1, 2}
 
-    again = Recorder(recorder_settings(link, tmp_path))
+    again = build_recorder(recorder_settings(link, tmp_path))
     await record_vehicles(again, port, logs, wait_for={1, 2})
     assert again.vehicle_ids == uuids  # remembered from the first logs
     for system_id, log in logs.items():
@@ -113,7 +115,9 @@ async def test_target_sysid_keeps_one_vehicle_and_names_the_others_once(
     caplog.set_level(logging.INFO, logger="ulogstream")
     logs = {1: flight_log(2.0, seed=43), 2: flight_log(2.0, seed=44)}
     port = free_udp_port()
-    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path, target_sysid=2))
+    recorder = build_recorder(
+        recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path, target_sysid=2)
+    )
     summaries = await record_vehicles(recorder, port, logs, wait_for={2})
     assert [path.read_bytes() for path in files(tmp_path, "*.ulg", depth=3)] == [logs[2]]
     assert set(recorder.vehicle_ids) == {2}  # no folder, no id for the one not recorded
@@ -130,7 +134,7 @@ async def test_another_receiver_with_our_ids_is_warned_about_once(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="ulogstream")
     port = free_udp_port()
-    recorder = Recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
+    recorder = build_recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
     task = asyncio.create_task(recorder.run())
     await asyncio.sleep(0.05)
     twin = await UdpTransport.connect("127.0.0.1", port)
@@ -165,15 +169,16 @@ async def test_a_lone_vehicle_with_another_sysid_is_the_recorders_own_from_the_n
     log = with_sys_uuid(flight_log(1.5, seed=45), uuid)
     port = free_udp_port()
     link = f"udpin:127.0.0.1:{port}"
-    first = Recorder(recorder_settings(link, tmp_path))
+    first = build_recorder(recorder_settings(link, tmp_path))
     await record_vehicles(first, port, {7: log}, wait_for={7})
     assert first.vehicle_ids[7].endswith("-sysid7")  # the stand-in until a log shows sys_uuid
 
     caplog.clear()
-    again = Recorder(recorder_settings(link, tmp_path))
+    again = build_recorder(recorder_settings(link, tmp_path))
     await record_vehicles(again, port, {7: log}, wait_for={7})
     assert again.vehicle_ids == {7: uuid}
-    assert again.sink.folder == tmp_path / uuid  # the recorder's own sink: MAV_SYS_ID 7 is home
+    assert again.identity.home == 7  # MAV_SYS_ID 7 is the recorder's own vehicle now
+    assert again.vehicles[7].files.sink.folder == tmp_path / uuid
     assert [path.read_bytes() for path in files(tmp_path / uuid, "*.ulg", depth=2)] == [log]
     lines = [r.getMessage() for r in caplog.records]
     assert any(line.startswith(f"vehicle id '{uuid}' (mqtt.vehicle_id default") for line in lines)

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from ulogstream.adapters.foxglove_sink import FoxgloveSink, build_foxglove, foxglove_log
+from ulogstream.adapters.foxglove_sink import FoxgloveSink, foxglove_log
 from ulogstream.cli import main
-from ulogstream.config import FoxgloveSettings, load_settings, parse_listen
+from ulogstream.config.loader import load_settings
+from ulogstream.config.sections import FoxgloveSettings
+from ulogstream.config.values import parse_listen
 from ulogstream.errors import ConfigError, UlogstreamError
-from ulogstream.publish import _RowEncoder, json_sample_time, row_json_schema
+from ulogstream.live.encode import RowEncoder, json_sample_time, row_json_schema
+from ulogstream.recorder.wiring import foxglove_view
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -43,7 +46,7 @@ def test_json_schema_describes_exactly_the_json_sample_objects() -> None:
     rows["name"] = [b"ab\0c", b"xyz"]
     rows["ok"] = [True, False]
     rows["n"] = [-3, 7]
-    payloads = _RowEncoder(DTYPE).json_payloads(rows, [1_000, 2_000], ["10.5", "11.25"])
+    payloads = RowEncoder(DTYPE).json_payloads(rows, [1_000, 2_000], ["10.5", "11.25"])
     schema = row_json_schema("sample", DTYPE)
 
     assert schema["title"] == "sample"
@@ -104,7 +107,7 @@ def test_foxglove_is_off_by_default_and_listens_on_loopback() -> None:
     settings = load_settings(None)
     assert not settings.foxglove.enabled
     assert settings.foxglove.listen == "127.0.0.1:8765"
-    assert build_foxglove(settings.foxglove) is None
+    assert foxglove_view(settings.foxglove) is None
 
 
 @pytest.mark.parametrize(
@@ -134,7 +137,7 @@ def test_a_bad_foxglove_address_on_the_command_line_is_one_line(
 
 
 def test_an_unknown_host_is_one_error_naming_the_setting() -> None:
-    sink = build_foxglove(FoxgloveSettings(enabled=True, listen="no-such-host.invalid:8765"))
+    sink = foxglove_view(FoxgloveSettings(enabled=True, listen="no-such-host.invalid:8765"))
     assert sink is not None
     with pytest.raises(UlogstreamError, match=r"^foxglove.listen no-such-host.invalid:8765: "):
         sink.start()
@@ -171,7 +174,7 @@ def test_tls_serves_wss_with_the_configured_certificate(tmp_path: Path) -> None:
     settings = FoxgloveSettings(
         enabled=True, listen="127.0.0.1:0", tls_cert_file=cert, tls_key_file=key
     )
-    sink = build_foxglove(settings)
+    sink = foxglove_view(settings)
     assert isinstance(sink, FoxgloveSink)
     sink.start()
     try:
@@ -193,7 +196,7 @@ def test_an_unreadable_tls_file_is_one_error(tmp_path: Path) -> None:
         tls_cert_file=tmp_path / "missing.pem",
         tls_key_file=tmp_path / "missing.key",
     )
-    sink = build_foxglove(settings)
+    sink = foxglove_view(settings)
     assert sink is not None
     with pytest.raises(UlogstreamError, match=r"^foxglove.tls_cert_file .*missing.pem cannot be"):
         sink.start()

@@ -28,7 +28,7 @@ from conftest import shared_ulg
 from pyulog import ULog
 from waiting import wait_until
 
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
 from ulogstream.export.rostypes import ros_topic
 
 if TYPE_CHECKING:

@@ -16,11 +16,12 @@ from mcap.reader import make_reader
 from waiting import eventually
 
 from ulogstream.adapters.file_sink import UlgFileSink
-from ulogstream.adapters.foxglove_sink import build_foxglove
-from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
-from ulogstream.config import FoxgloveSettings
-from ulogstream.daemon import Publisher, _widest_rows
-from ulogstream.publish import JSON_CONTENT_TYPE, PublishPolicy, PublishSettings, json_sample_time
+from ulogstream.adapters.mqtt_sink import MqttSink
+from ulogstream.config.sections import FoxgloveSettings
+from ulogstream.live.encode import JSON_CONTENT_TYPE, json_sample_time
+from ulogstream.live.policy import PublishPolicy
+from ulogstream.recorder.decoding import Publisher, _widest_rows
+from ulogstream.recorder.wiring import foxglove_view
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.ulog.events import Subscription
 from ulogstream.ulog.parser import RowSelection
@@ -41,9 +42,12 @@ async def test_the_file_opening_late_does_not_make_the_outlets_forget_the_topics
     out = io.BytesIO()
     generate_flight_log(out, duration_s=3.0, seed=3)
     datagrams = recorded_stream(out.getvalue())
-    policy = PublishPolicy(PublishSettings(vehicle_id="t", rate_hz=0))
+    policy = PublishPolicy(vehicle_id="t", default_rate_hz=0)
     publisher = Publisher(
-        policy, MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=1_000_000))
+        policy,
+        MqttSink(
+            urls=("mqtt://127.0.0.1:1",), client_id="test", protocol="5", outbox_size=1_000_000
+        ),
     )
     pipeline = pipeline_on_files(UlgFileSink(tmp_path, min_free_mb=0), publisher=publisher)
     status = pipeline.status
@@ -53,11 +57,11 @@ async def test_the_file_opening_late_does_not_make_the_outlets_forget_the_topics
         half = len(datagrams) // 2
         for number, datagram in enumerate(datagrams[:half]):
             pipeline.receive(datagram, number / 2100)
-        pipeline._drain_backlog()  # decoded before the worker's LogOpened is handled
+        pipeline.live.drain()  # decoded before the worker's LogOpened is handled
         await eventually(lambda: status.log_path is not None, what="the log file opened")
         for number, datagram in enumerate(datagrams[half:], half):
             pipeline.receive(datagram, number / 2100)
-        pipeline._drain_backlog()
+        pipeline.live.drain()
         pipeline.refresh_status()
         rows = sum(stats.samples for stats in status.topics.values())
         assert rows > 0
@@ -71,9 +75,9 @@ async def test_the_file_opening_late_does_not_make_the_outlets_forget_the_topics
 
 def test_one_decoding_serves_both_outlets_with_the_rows_the_wider_needs() -> None:
     sub = Subscription(msg_id=1, multi_id=0, name="x", dtype=np.dtype([("timestamp", "<u8")]))
-    capped = PublishPolicy(PublishSettings(vehicle_id="a", rate_hz=10)).rows_for
-    every = PublishPolicy(PublishSettings(vehicle_id="b", rate_hz=0)).rows_for
-    unpublished = PublishPolicy(PublishSettings(vehicle_id="c", exclude=("x",))).rows_for
+    capped = PublishPolicy(vehicle_id="a", default_rate_hz=10).rows_for
+    every = PublishPolicy(vehicle_id="b", default_rate_hz=0).rows_for
+    unpublished = PublishPolicy(vehicle_id="c", exclude=("x",)).rows_for
     assert capped(sub) is RowSelection.NEWEST
     assert _widest_rows([capped, every], sub) is RowSelection.ALL
     assert _widest_rows([unpublished, capped], sub) is RowSelection.NEWEST
@@ -95,9 +99,11 @@ async def test_samples_both_outlets_choose_are_encoded_once_and_sent_as_the_same
     out = io.BytesIO()
     generate_flight_log(out, duration_s=10.0, seed=5)
     datagrams = recorded_stream(out.getvalue())
-    mqtt_policy = PublishPolicy(PublishSettings(vehicle_id="t", rate_hz=mqtt_rate))
-    mqtt_sink = MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=1_000_000))
-    view = build_foxglove(FoxgloveSettings(enabled=True, default_rate_hz=foxglove_rate))
+    mqtt_policy = PublishPolicy(vehicle_id="t", default_rate_hz=mqtt_rate)
+    mqtt_sink = MqttSink(
+        urls=("mqtt://127.0.0.1:1",), client_id="test", protocol="5", outbox_size=1_000_000
+    )
+    view = foxglove_view(FoxgloveSettings(enabled=True, default_rate_hz=foxglove_rate))
     assert view is not None
     recording = foxglove.open_mcap(tmp_path / "view.mcap", context=view._context)
     pipeline = pipeline_on_files(
@@ -113,7 +119,7 @@ async def test_samples_both_outlets_choose_are_encoded_once_and_sent_as_the_same
             now = number / 2100
             pipeline.receive(datagram, now)
             if number % 210 == 0:
-                pipeline._drain_backlog()
+                pipeline.live.drain()
                 pipeline.timer(now)
         pipeline.abandon(now)  # the log ends: the rest is decoded and sent
     finally:
@@ -123,7 +129,9 @@ async def test_samples_both_outlets_choose_are_encoded_once_and_sent_as_the_same
         view.stop()
 
     mqtt_samples = [
-        m for m in mqtt_sink._outbox if m.content_type == JSON_CONTENT_TYPE and "/json/" in m.topic
+        m
+        for m in mqtt_sink.outbox._samples
+        if m.content_type == JSON_CONTENT_TYPE and "/json/" in m.topic
     ]
     assert len(mqtt_samples) > 50
     with (tmp_path / "view.mcap").open("rb") as stream:

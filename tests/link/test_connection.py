@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ulogstream.adapters.connection import ConnectionSpec, LinkKind, parse_connection
+from ulogstream.config.values import ConnectionSpec, LinkKind, parse_connection
 from ulogstream.errors import ConfigError
 
 ANY = "0.0.0.0"  # noqa: S104 - parsed, never bound

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 from link.support import point_symlink, receive_exactly
 
-from ulogstream.adapters.connection import open_transport, parse_connection
+from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.serial_transport import SerialTransport
+from ulogstream.config.values import parse_connection
 from ulogstream.errors import LinkError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.stream.packets import LoggingAck, LoggingPacket, MavlinkMessage

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from ulogstream.adapters.connection import open_transport, parse_connection
+from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.udp_transport import MAX_BURST, UdpTransport
+from ulogstream.config.values import parse_connection
 from ulogstream.errors import LinkError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.stream.packets import LoggingAck, LoggingPacket

@@ -20,10 +20,11 @@ from mqtt.conftest import free_port
 from paho.mqtt.enums import CallbackAPIVersion
 from waiting import eventually, running
 
-from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings, TokenBucket, is_sample
-from ulogstream.config import MqttSettings
-from ulogstream.daemon import build_publisher
-from ulogstream.publish import MqttMessage
+from ulogstream.adapters.mqtt_sink import MqttSink
+from ulogstream.config.sections import MqttSettings
+from ulogstream.live.outbox import MqttMessage, TokenBucket, is_sample
+from ulogstream.recorder.identity import vehicle_id_of
+from ulogstream.recorder.wiring import build_publisher
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -86,7 +87,8 @@ async def test_the_configured_client_id_and_keepalive_reach_the_broker(mosquitto
     mqtt = MqttSettings(
         url=mosquitto.url, vehicle_id="uav-{sysid}", client_id="fleet-{vehicle}", keepalive_s=17
     )
-    publisher = build_publisher(mqtt, link="/dev/pixhawk", sysid=3)
+    vehicle_id = vehicle_id_of(mqtt.vehicle_id, link="/dev/pixhawk", sysid=3)
+    publisher = build_publisher(mqtt, vehicle_id=vehicle_id, link="/dev/pixhawk")
     assert publisher is not None
     sink = publisher.sink
 
@@ -106,8 +108,8 @@ async def test_the_configured_client_id_and_keepalive_reach_the_broker(mosquitto
 @pytest.mark.asyncio
 async def test_the_client_id_is_the_same_at_every_start_by_default() -> None:
     mqtt = MqttSettings(url="mqtt://127.0.0.1:1", vehicle_id="v9")
-    first = build_publisher(mqtt)
-    second = build_publisher(mqtt)
+    first = build_publisher(mqtt, vehicle_id="v9", link="/dev/pixhawk")
+    second = build_publisher(mqtt, vehicle_id="v9", link="/dev/pixhawk")
     assert first is not None
     assert second is not None
     assert first.sink.client_id == second.sink.client_id == "ulogstream-v9"
@@ -117,7 +119,7 @@ async def test_the_client_id_is_the_same_at_every_start_by_default() -> None:
 async def test_the_second_broker_is_used_when_the_first_is_down(mosquitto: Broker) -> None:
     down = f"mqtt://127.0.0.1:{free_port()}"  # nothing listens there
     sink = MqttSink(
-        MqttSinkSettings(url=down, fallback_urls=(mosquitto.url,), backoff_initial=0.05)
+        urls=(down, *(mosquitto.url,)), client_id="test", protocol="5", backoff_initial_s=0.05
     )
     status = MqttMessage("ulogstream/v1/meta/status", b'{"online":true}', retain=True)
 
@@ -133,7 +135,7 @@ async def test_the_second_broker_is_used_when_the_first_is_down(mosquitto: Broke
 @pytest.mark.asyncio
 async def test_the_rate_cap_holds_and_drops_only_samples(mosquitto: Broker) -> None:
     cap = 100  # AWS IoT Core's per-connection limit
-    sink = MqttSink(MqttSinkSettings(url=mosquitto.url, max_messages_per_s=cap))
+    sink = MqttSink(urls=(mosquitto.url,), client_id="test", protocol="5", max_messages_per_s=cap)
     statuses = logs = rounds = 0
 
     async with arrivals(mosquitto, "v/#") as got, running(sink.run()):
@@ -174,7 +176,11 @@ async def test_a_reconnect_re_sends_retained_topics_at_the_set_rate(mosquitto: B
     rate = 20.0
     count = 60
     sink = MqttSink(
-        MqttSinkSettings(url=mosquitto.url, retained_resend_per_s=rate, backoff_initial=0.05)
+        urls=(mosquitto.url,),
+        client_id="test",
+        protocol="5",
+        retained_resend_per_s=rate,
+        backoff_initial_s=0.05,
     )
     async with running(sink.run()):
         for i in range(count):
@@ -208,8 +214,8 @@ def test_samples_are_recognized_by_their_instance_level() -> None:
 
 
 def test_a_token_bucket_refills_at_its_rate_and_spends_into_debt() -> None:
-    bucket = TokenBucket(10.0, 2.0, floor=3.0)
     now = time.monotonic()
+    bucket = TokenBucket(10.0, 2.0, now=now, floor=3.0)
     assert bucket.take(now)
     assert bucket.take(now)
     assert not bucket.take(now)
@@ -227,9 +233,10 @@ async def test_a_session_expiry_asks_the_broker_for_a_persistent_session(
     mosquitto: Broker, protocol: int, expiry: int, flags: str
 ) -> None:
     sink = MqttSink(
-        MqttSinkSettings(
-            url=mosquitto.url, client_id="persist", protocol=protocol, session_expiry=expiry
-        )
+        urls=(mosquitto.url,),
+        client_id="persist",
+        protocol=("5" if protocol == 5 else "3.1.1"),
+        session_expiry_s=expiry,
     )
     async with running(sink.run()):
         await eventually(
@@ -276,7 +283,7 @@ async def test_an_mqtt5_session_outlives_the_connection_for_its_expiry(
 ) -> None:
     client_id = f"expiry-{expiry}"
     sink = MqttSink(
-        MqttSinkSettings(url=mosquitto.url, client_id=client_id, protocol=5, session_expiry=expiry)
+        urls=(mosquitto.url,), client_id=client_id, protocol="5", session_expiry_s=expiry
     )
     async with running(sink.run()):
         await eventually(lambda: sink.connected, limit=WAIT, what="no connection")

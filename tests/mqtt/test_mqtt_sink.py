@@ -25,10 +25,12 @@ import numpy as np
 import pytest
 from waiting import eventually, holds_for, running
 
-from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
-from ulogstream.config import BrokerAddress, MqttSettings, SettingError, mqtt_password
+from ulogstream.adapters.mqtt_sink import MqttSink
+from ulogstream.config.sections import MqttSettings, mqtt_password
+from ulogstream.config.values import BrokerAddress, SettingError
 from ulogstream.errors import ConfigError
-from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
+from ulogstream.live.outbox import MqttMessage
+from ulogstream.live.policy import PublishPolicy
 from ulogstream.ulog.events import DataRows, ULogEvent
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.writer import ULogWriter
@@ -122,8 +124,13 @@ async def subscriber(broker: Broker, topic: str = "#") -> AsyncIterator[Collecto
 
 
 def sink_for(broker: Broker, **settings: object) -> MqttSink:
+    # The sink's tests use MQTT 5's properties; two sinks on one broker need two client ids.
+    settings = {"protocol": "5", "client_id": "test", **settings}
     return MqttSink(
-        MqttSinkSettings(url=broker.url, backoff_initial=0.05, backoff_max=0.3, **settings),  # type: ignore[arg-type]
+        urls=(broker.url,),
+        backoff_initial_s=0.05,
+        backoff_max_s=0.3,
+        **settings,  # type: ignore[arg-type]
         will=MqttMessage("ulogstream/v1/meta/status", b'{"online": false}', retain=True, qos=1),
     )
 
@@ -207,7 +214,7 @@ async def test_every_sample_arrives_once_in_order_with_the_parsers_values(
     events = parse_in_packets(generated_log())
     expected = expected_samples(events)
     total = sum(len(v) for v in expected.values())
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
+    policy = PublishPolicy(vehicle_id="v1", default_rate_hz=0)
     sink = sink_for(mosquitto)
     end = MqttMessage("ulogstream/v1/json/end/0", b"{}")
     async with subscriber(mosquitto, "ulogstream/v1/json/#") as collector, running(sink.run()):
@@ -242,7 +249,7 @@ async def test_every_sample_arrives_once_in_order_with_the_parsers_values(
 @pytest.mark.broker
 @pytest.mark.asyncio
 async def test_retained_topics_reach_a_late_subscriber(mosquitto: Broker) -> None:
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1"))
+    policy = PublishPolicy(vehicle_id="v1")
     sink = sink_for(mosquitto)
     async with running(sink.run()):
         sink.offer_all(policy.log_started(wall_time=1.7e9, now=0.0, log_file="x.ulg"))
@@ -270,12 +277,14 @@ async def test_retained_topics_reach_a_late_subscriber(mosquitto: Broker) -> Non
 LWT_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
-    from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
-    from ulogstream.publish import PublishPolicy, PublishSettings
+    from ulogstream.adapters.mqtt_sink import MqttSink
+    from ulogstream.live.policy import PublishPolicy, TopicChoice
 
     async def main() -> None:
-        policy = PublishPolicy(PublishSettings(vehicle_id="lwt"))
-        sink = MqttSink(MqttSinkSettings(url=sys.argv[1]), will=policy.last_will())
+        policy = PublishPolicy(vehicle_id="lwt")
+        sink = MqttSink(
+            urls=(sys.argv[1],), client_id="test", protocol="5", will=policy.last_will()
+        )
         sink.offer_all(policy.log_started(wall_time=0.0, now=0.0))
         task = asyncio.create_task(sink.run())
         await sink.wait_drained()
@@ -320,7 +329,13 @@ async def test_the_last_will_appears_when_the_publisher_is_killed(
 async def test_a_restarted_broker_gets_retained_topics_again_and_drops_are_counted(
     mosquitto: Broker,
 ) -> None:
-    sink = MqttSink(MqttSinkSettings(url=mosquitto.url, max_outbox=20, backoff_initial=0.05))
+    sink = MqttSink(
+        urls=(mosquitto.url,),
+        client_id="test",
+        protocol="5",
+        outbox_size=20,
+        backoff_initial_s=0.05,
+    )
     status = MqttMessage("ulogstream/v1/meta/status", b'{"online":true}', retain=True)
     async with running(sink.run()):
         sink.offer(status)
@@ -362,7 +377,8 @@ async def test_mqtt5_properties_are_sent_and_mqtt311_publishes_without_them(
         content_type="application/octet-stream",
         user_properties=(("ulog_format", "sample"),),
     )
-    v5, v311 = sink_for(mosquitto, protocol=5), sink_for(mosquitto, protocol=4)
+    v5 = sink_for(mosquitto, protocol="5", client_id="v5")
+    v311 = sink_for(mosquitto, protocol="3.1.1", client_id="v311")
     async with subscriber(mosquitto, "raw/#") as collector, running(v5.run()), running(v311.run()):
         v5.offer(raw)
         v311.offer(MqttMessage("raw/v311", b"\x03", content_type="application/octet-stream"))
@@ -378,12 +394,12 @@ async def test_mqtt5_properties_are_sent_and_mqtt311_publishes_without_them(
 @pytest.mark.asyncio
 async def test_tls_with_a_client_certificate(mosquitto_tls: Broker) -> None:
     sink = MqttSink(
-        MqttSinkSettings(
-            url=mosquitto_tls.url,
-            ca_file=mosquitto_tls.ca_file,
-            cert_file=mosquitto_tls.client_cert,
-            key_file=mosquitto_tls.client_key,
-        )
+        urls=(mosquitto_tls.url,),
+        client_id="test",
+        protocol="5",
+        tls_ca_file=mosquitto_tls.ca_file,
+        tls_cert_file=mosquitto_tls.client_cert,
+        tls_key_file=mosquitto_tls.client_key,
     )
     async with subscriber(mosquitto_tls, "t/#") as collector, running(sink.run()):
         sink.offer(MqttMessage("t/a", b"over tls", content_type="text/plain"))
@@ -399,7 +415,9 @@ async def test_tls_with_a_client_certificate(mosquitto_tls: Broker) -> None:
 async def test_tls_without_the_ca_fails_with_a_reason_and_keeps_retrying(
     mosquitto_tls: Broker,
 ) -> None:
-    sink = MqttSink(MqttSinkSettings(url=mosquitto_tls.url, backoff_initial=0.05))
+    sink = MqttSink(
+        urls=(mosquitto_tls.url,), client_id="test", protocol="5", backoff_initial_s=0.05
+    )
     async with running(sink.run()):
         await eventually(lambda: sink.last_error is not None)
         assert not sink.connected
@@ -417,30 +435,34 @@ async def test_password_from_a_file_and_from_the_environment(
     monkeypatch.setenv("ULOGSTREAM_TEST_MQTT_PASSWORD", mosquitto_auth.password or "")
     # The password is read once, by the settings (config.mqtt_password), and handed over.
     from_file = MqttSink(
-        MqttSinkSettings(
-            url=mosquitto_auth.url,
-            username=mosquitto_auth.username,
-            password=mqtt_password(MqttSettings(password_file=password_file)),
-        )
+        urls=(mosquitto_auth.url,),
+        client_id="from-file",
+        protocol="5",
+        username=mosquitto_auth.username,
+        password=mqtt_password(
+            MqttSettings(username=mosquitto_auth.username, password_file=password_file)
+        ),
     )
     from_env = MqttSink(
-        MqttSinkSettings(
-            url=mosquitto_auth.url,
-            username=mosquitto_auth.username,
-            password=mqtt_password(
-                MqttSettings(password_env="ULOGSTREAM_TEST_MQTT_PASSWORD")  # noqa: S106 (a name)
-            ),
-            protocol=4,
-        )
+        urls=(mosquitto_auth.url,),
+        client_id="from-env",
+        username=mosquitto_auth.username,
+        password=mqtt_password(
+            MqttSettings(
+                username=mosquitto_auth.username,
+                password_env="ULOGSTREAM_TEST_MQTT_PASSWORD",  # noqa: S106 (a name)
+            )
+        ),
+        protocol="3.1.1",
     )
     given = MqttSink(
-        MqttSinkSettings(
-            url=mosquitto_auth.url,
-            username=mosquitto_auth.username,
-            password=mosquitto_auth.password,
-        )
+        urls=(mosquitto_auth.url,),
+        client_id="given",
+        protocol="5",
+        username=mosquitto_auth.username,
+        password=mosquitto_auth.password,
     )
-    assert str(mosquitto_auth.password) not in repr(given.settings)
+    assert str(mosquitto_auth.password) not in repr(given)
     async with (
         subscriber(mosquitto_auth, "p/#") as collector,
         running(from_file.run()),
@@ -460,12 +482,12 @@ async def test_a_wrong_password_is_reported_not_raised(
     mosquitto_auth: Broker,
 ) -> None:
     sink = MqttSink(
-        MqttSinkSettings(
-            url=mosquitto_auth.url,
-            username=mosquitto_auth.username,
-            password="wrong",  # noqa: S106 (a test value)
-            backoff_initial=0.05,
-        )
+        urls=(mosquitto_auth.url,),
+        client_id="test",
+        protocol="5",
+        username=mosquitto_auth.username,
+        password="wrong",  # noqa: S106 (a test value)
+        backoff_initial_s=0.05,
     )
     task = asyncio.create_task(sink.run())
     try:
@@ -499,7 +521,7 @@ def log_with_a_parameter_named_with_a_wildcard() -> bytes:
 async def test_a_parameter_named_with_a_wildcard_is_skipped_and_the_rest_is_published(
     mosquitto: Broker,
 ) -> None:
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
+    policy = PublishPolicy(vehicle_id="v1", default_rate_hz=0)
     sink = sink_for(mosquitto)
     wanted = {
         "ulogstream/v1/meta/info",
@@ -556,7 +578,7 @@ async def test_a_message_no_broker_takes_is_dropped_and_counted_and_the_sink_goe
     assert [m.topic for m in collector.messages] == ["t/first", "t/last"]
     assert sink.unpublishable == len(bad)
     assert (sink.published, sink.reconnects) == (2, 0)
-    assert "t/qos" not in sink._retained  # not re-sent after a reconnect
+    assert "t/qos" not in sink.outbox._retained  # not re-sent after a reconnect
 
 
 @pytest.mark.asyncio
@@ -567,7 +589,7 @@ async def test_samples_offered_at_once_arrive_whole_and_in_order_around_other_me
 
     Retained and QoS 1 messages offered in between still go out (through ``publish``).
     """
-    sink = sink_for(mosquitto, max_outbox=5000)
+    sink = sink_for(mosquitto, outbox_size=5000)
     samples = [MqttMessage(f"t/s/{i % 7}", str(i).encode()) for i in range(2000)]
     others = [
         MqttMessage("t/meta/status", b"retained", retain=True, qos=1),
@@ -595,35 +617,38 @@ async def test_samples_offered_at_once_arrive_whole_and_in_order_around_other_me
 
 
 def test_the_sink_reads_its_url_with_the_settings_parser() -> None:
-    assert MqttSink(MqttSinkSettings(url="mqtts://[::1]")).address == BrokerAddress(
-        "::1", 8883, tls=True
-    )
-    # mqtt://user@host passed the settings but failed the sink when each had its own parser
-    problem = "mqtt.url must not contain a user name or password"
-    with pytest.raises(SettingError, match=problem):
+    assert MqttSink(
+        urls=("mqtts://[::1]",), client_id="test", protocol="5"
+    ).address == BrokerAddress("::1", 8883, tls=True)
+    # mqtt://user@host passed the settings but failed the sink when each had its own parser;
+    # now the settings refuse it and the sink is only ever given checked URLs.
+    with pytest.raises(SettingError, match=r"mqtt\.url must not contain a user"):
         MqttSettings(url="mqtt://user@host")
-    with pytest.raises(ConfigError, match=problem):
-        MqttSink(MqttSinkSettings(url="mqtt://user@host"))
 
 
 def test_password_settings_are_checked(tmp_path: Path) -> None:
     # Reading the password file or variable is config.mqtt_password's (tests/config).
-    with pytest.raises(ConfigError, match="without a username"):
-        MqttSink(MqttSinkSettings(url="mqtt://h", password="x"))  # noqa: S106 (a test value)
+    with pytest.raises(SettingError, match=r"mqtt\.username must be set when"):
+        MqttSettings(url="mqtt://h", password_env="PASSWORD")  # noqa: S106 (a variable name)
     with pytest.raises(ConfigError, match="CA, certificate or key"):
-        MqttSink(MqttSinkSettings(url="mqtts://h", ca_file=tmp_path / "missing.crt"))
+        MqttSink(
+            urls=("mqtts://h",),
+            client_id="test",
+            protocol="5",
+            tls_ca_file=tmp_path / "missing.crt",
+        )
 
 
 def test_offer_drops_the_oldest_sample_but_keeps_the_newest_retained_per_topic() -> None:
-    sink = MqttSink(MqttSinkSettings(url="mqtt://127.0.0.1:1", max_outbox=3))
+    sink = MqttSink(urls=("mqtt://127.0.0.1:1",), client_id="test", protocol="5", outbox_size=3)
     started = time.perf_counter()
     for i in range(5):
         sink.offer(MqttMessage("v/json/d/0", bytes([i])))
         sink.offer(MqttMessage("r", bytes([i]), retain=True))
     assert time.perf_counter() - started < 0.1  # never waits
     assert sink.dropped == 2
-    assert [m.payload for m in sink._outbox] == [b"\x02", b"\x03", b"\x04"]
-    assert [m.payload for m in sink._pending_retained.values()] == [b"\x04"]
+    assert [m.payload for m in sink.outbox._samples] == [b"\x02", b"\x03", b"\x04"]
+    assert [m.payload for m in sink.outbox._pending_retained.values()] == [b"\x04"]
     assert sink.pending == 4
 
 

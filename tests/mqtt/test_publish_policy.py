@@ -5,20 +5,15 @@ from __future__ import annotations
 import json
 import math
 import struct
+from dataclasses import asdict
 
 import msgpack
 import numpy as np
 import pytest
 
-from ulogstream.config import MqttSettings
-from ulogstream.errors import ConfigError
-from ulogstream.publish import (
-    MqttMessage,
-    PublishPolicy,
-    PublishSettings,
-    valid_topic,
-    valid_topic_level,
-)
+from ulogstream.config.sections import MqttSettings
+from ulogstream.live.outbox import MqttMessage, valid_topic, valid_topic_level
+from ulogstream.live.policy import PublishPolicy, TopicChoice
 from ulogstream.ulog.events import DataRows, Dropout, Subscription, ULogEvent
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.writer import ULogWriter
@@ -85,7 +80,7 @@ def test_every_sample_becomes_flat_json_with_pyulog_names_and_null_for_nan() -> 
     writer = ULogWriter(timestamp_us=HEADER_US)
     ids = definitions(writer)
     writer.data(ids["sample1"], pack_sample(HEADER_US + 500_000, 0.13436425, name=b"x\0yz"))
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
+    policy = PublishPolicy(vehicle_id="v1", default_rate_hz=0)
     out = run(policy, events_of(writer.getvalue()))
 
     [message] = by_topic(out, "ulogstream/v1/json/sample/1")
@@ -113,9 +108,7 @@ def test_topic_instances_keep_the_multi_id_level_also_for_zero() -> None:
     ids = definitions(writer)
     writer.data(ids["sample0"], pack_sample(HEADER_US + 1, 1.0))
     writer.data(ids["sample1"], pack_sample(HEADER_US + 2, 2.0))
-    out = run(
-        PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0)), events_of(writer.getvalue())
-    )
+    out = run(PublishPolicy(vehicle_id="v1", default_rate_hz=0), events_of(writer.getvalue()))
     json_topics = sorted(m.topic for m in out if "/json/" in m.topic)
     assert json_topics == ["ulogstream/v1/json/sample/0", "ulogstream/v1/json/sample/1"]
 
@@ -125,10 +118,10 @@ def test_msgpack_and_raw_subtrees_carry_the_same_sample() -> None:
     ids = definitions(writer)
     payload = pack_sample(HEADER_US + 7, 0.5)
     writer.data(ids["sample0"], payload)
-    settings = PublishSettings(
-        vehicle_id="v1", root="r", rate_hz=0, encode_msgpack=True, encode_raw=True
+    settings = TopicChoice(
+        vehicle_id="v1", root="r", default_rate_hz=0, encodings=("json", "msgpack", "ulog")
     )
-    out = run(PublishPolicy(settings), events_of(writer.getvalue()))
+    out = run(PublishPolicy(**asdict(settings)), events_of(writer.getvalue()))
 
     [packed] = by_topic(out, "r/v1/msgpack/sample/0")
     obj = msgpack.unpackb(packed.payload)
@@ -146,7 +139,7 @@ def test_msgpack_and_raw_subtrees_carry_the_same_sample() -> None:
 def test_schema_is_retained_once_per_topic_with_nested_formats_and_fields() -> None:
     writer = ULogWriter(timestamp_us=HEADER_US)
     definitions(writer)
-    out = run(PublishPolicy(PublishSettings(vehicle_id="v1")), events_of(writer.getvalue()))
+    out = run(PublishPolicy(vehicle_id="v1"), events_of(writer.getvalue()))
     [schema] = by_topic(out, "ulogstream/v1/schema/sample")
     assert schema.retain
     obj = strict_json(schema.payload)
@@ -162,7 +155,7 @@ def test_schema_is_retained_once_per_topic_with_nested_formats_and_fields() -> N
 def test_metadata_is_retained_after_the_definitions() -> None:
     writer = ULogWriter(timestamp_us=HEADER_US)
     definitions(writer)
-    out = run(PublishPolicy(PublishSettings(vehicle_id="v1")), events_of(writer.getvalue()))
+    out = run(PublishPolicy(vehicle_id="v1"), events_of(writer.getvalue()))
 
     [info] = by_topic(out, "ulogstream/v1/meta/info")
     assert info.retain
@@ -183,7 +176,7 @@ def test_a_parameter_change_publishes_its_topic_and_the_object_at_the_next_flush
     writer = ULogWriter(timestamp_us=HEADER_US)
     definitions(writer)
     writer.parameter("MC_ROLL_P", 0.1)
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1"))
+    policy = PublishPolicy(vehicle_id="v1")
     events = events_of(writer.getvalue())
     out = run(policy, events[:-1])
     assert by_topic(out, "ulogstream/v1/param/MC_ROLL_P")[0].payload == b"6.5"
@@ -202,7 +195,7 @@ def test_info_logged_mid_log_is_published_once_per_interval_not_per_message() ->
     definitions(writer)
     for piece in range(35):  # post-flight perf data: many 'M' pieces in a burst
         writer.info_multiple("char", "perf_counter", f"line {piece}\n", is_continued=piece > 0)
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", status_interval=1.0))
+    policy = PublishPolicy(vehicle_id="v1", status_interval_s=1.0)
     out = run(policy, events_of(writer.getvalue()), now=5.0)
     [info] = by_topic(out, "ulogstream/v1/meta/info")  # at the end of the definitions only
     assert "perf_counter" not in strict_json(info.payload)
@@ -218,7 +211,7 @@ def test_per_parameter_topics_can_be_turned_off_the_params_object_stays() -> Non
     writer = ULogWriter(timestamp_us=HEADER_US)
     definitions(writer)
     writer.parameter("MC_ROLL_P", 0.1)
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", param_topics=False))
+    policy = PublishPolicy(vehicle_id="v1", param_topics=False)
     events = events_of(writer.getvalue())
     out = run(policy, events[:-1])
     assert [m.topic for m in out if "/param/" in m.topic] == []
@@ -234,7 +227,7 @@ def test_logged_strings_go_to_the_log_topic() -> None:
     definitions(writer)
     writer.logging(ord("4"), HEADER_US + 2_000_000, "battery low")
     writer.logging_tagged(ord("6"), 7, HEADER_US + 3_000_000, "tagged")
-    out = run(PublishPolicy(PublishSettings(vehicle_id="v1")), events_of(writer.getvalue()))
+    out = run(PublishPolicy(vehicle_id="v1"), events_of(writer.getvalue()))
     logs = [strict_json(m.payload) for m in by_topic(out, "ulogstream/v1/log")]
     assert logs == [
         {
@@ -259,7 +252,7 @@ def test_logged_strings_go_to_the_log_topic() -> None:
 def fast_instance() -> tuple[PublishPolicy, Subscription, list[MqttMessage]]:
     writer = ULogWriter(timestamp_us=HEADER_US)
     definitions(writer)
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=10))
+    policy = PublishPolicy(vehicle_id="v1", default_rate_hz=10)
     events = events_of(writer.getvalue())
     out = run(policy, events)
     [sub] = [e for e in events if isinstance(e, Subscription) and e.name == "fast"]
@@ -339,20 +332,20 @@ def test_per_topic_rates_and_include_exclude_patterns() -> None:
         writer.data(ids["sample1"], pack_sample(HEADER_US + i, float(i)))
     events = events_of(writer.getvalue())
 
-    def json_counts(settings: PublishSettings) -> dict[str, int]:
+    def json_counts(settings: TopicChoice) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for m in run(PublishPolicy(settings), events):
+        for m in run(PublishPolicy(**asdict(settings)), events):
             if "/json/" in m.topic:
                 counts[m.topic.split("/json/")[1]] = counts.get(m.topic.split("/json/")[1], 0) + 1
         return counts
 
-    rates = PublishSettings(vehicle_id="v", topic_rates={"fa*": 0, "sample": 5})
+    rates = TopicChoice(vehicle_id="v", rates={"fa*": 0, "sample": 5})
     assert json_counts(rates) == {"fast/0": 10, "sample/0": 1, "sample/1": 1}
-    only = PublishSettings(vehicle_id="v", rate_hz=0, include=("sam*",), exclude=("none",))
+    only = TopicChoice(vehicle_id="v", default_rate_hz=0, include=("sam*",), exclude=("none",))
     assert json_counts(only) == {"sample/0": 10, "sample/1": 10}
-    without = PublishSettings(vehicle_id="v", rate_hz=0, exclude=("sample",))
+    without = TopicChoice(vehicle_id="v", default_rate_hz=0, exclude=("sample",))
     assert json_counts(without) == {"fast/0": 10}
-    assert PublishSettings(vehicle_id="v", topic_rates={"f*": 1, "fast": 3}).rate_for("fast") == 3
+    assert TopicChoice(vehicle_id="v", rates={"f*": 1, "fast": 3}).rate_for("fast") == 3
 
 
 def test_wall_clock_comes_from_the_receiver_then_from_gps_utc() -> None:
@@ -372,7 +365,7 @@ def test_wall_clock_comes_from_the_receiver_then_from_gps_utc() -> None:
         start = writer.size
         writer.data(msg_id, payload)
         events += parser.receive_bytes(writer.getvalue()[start:])
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
+    policy = PublishPolicy(vehicle_id="v1", default_rate_hz=0)
     out = run(policy, events)
 
     first, last = (strict_json(m.payload) for m in by_topic(out, "ulogstream/v1/json/fast/0"))
@@ -383,7 +376,7 @@ def test_wall_clock_comes_from_the_receiver_then_from_gps_utc() -> None:
 
 
 def test_status_counts_dropouts_but_is_published_at_most_once_per_interval() -> None:
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", status_interval=1.0))
+    policy = PublishPolicy(vehicle_id="v1", status_interval_s=1.0)
     [status] = policy.log_started(wall_time=WALL, now=0.0, log_file="a.ulg")
     assert strict_json(status.payload)["log_file"] == "a.ulg"
     assert status.topic == policy.status_topic == "ulogstream/v1/meta/status"
@@ -396,24 +389,6 @@ def test_status_counts_dropouts_but_is_published_at_most_once_per_interval() -> 
     assert (obj["online"], obj["dropouts"], obj["dropout_ms"]) == (True, 2, 60)
     assert strict_json(policy.last_will().payload) == {"online": False}
     assert policy.last_will().retain
-
-
-@pytest.mark.parametrize(
-    ("settings", "match"),
-    [
-        ({"vehicle_id": "a/b"}, "vehicle_id"),
-        ({"vehicle_id": ""}, "vehicle_id"),
-        ({"vehicle_id": "v", "root": "x+"}, "root"),
-        ({"vehicle_id": "v", "root": "a//b"}, "root"),
-        ({"vehicle_id": "v", "root": "a/"}, "root"),
-        ({"vehicle_id": "v", "rate_hz": -1.0}, "rate_hz"),
-        ({"vehicle_id": "v", "topic_rates": {"x": math.nan}}, "'x'"),
-        ({"vehicle_id": "v", "qos": 3}, "qos"),
-    ],
-)
-def test_bad_settings_are_refused(settings: dict[str, object], match: str) -> None:
-    with pytest.raises(ConfigError, match=match):
-        PublishSettings(**settings)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -449,7 +424,7 @@ def test_a_parameter_or_topic_named_with_a_wildcard_is_skipped_and_counted() -> 
     odd = Subscription(msg_id=9, multi_id=0, name="odd+topic", dtype=dtype)
     rows = np.array([(HEADER_US + 1, 1.0)], dtype=dtype)
     events += [odd, DataRows(odd, rows, rows["timestamp"])]
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", rate_hz=0))
+    policy = PublishPolicy(vehicle_id="v1", default_rate_hz=0)
 
     out = run(policy, events)
 
@@ -469,5 +444,5 @@ def test_a_parameter_or_topic_named_with_a_wildcard_is_skipped_and_counted() -> 
 
 def test_the_root_may_have_levels_as_the_settings_allow() -> None:
     mqtt = MqttSettings(url="mqtt://h", root="site/fleet", vehicle_id="v1")
-    policy = PublishPolicy(PublishSettings(vehicle_id="v1", root=mqtt.root))
+    policy = PublishPolicy(vehicle_id="v1", root=mqtt.root)
     assert policy.status_topic == "site/fleet/v1/meta/status"

@@ -9,16 +9,21 @@ import math
 import random
 import re
 from collections import defaultdict
+from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 from conftest import shared_ulg
 from pyulog import ULog
 
-from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
+from ulogstream.live.policy import PublishPolicy, TopicChoice
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.ulog.events import Subscription
 from ulogstream.ulog.parser import RowSelection, ULogParser
+
+if TYPE_CHECKING:
+    from ulogstream.live.outbox import MqttMessage
 
 WALL = 1_732_200_000.0
 REAL_LOGS = (
@@ -33,13 +38,13 @@ def flight() -> bytes:
     return out.getvalue()
 
 
-def publish(log: bytes, settings: PublishSettings, *, select_rows: bool) -> list[MqttMessage]:
+def publish(log: bytes, settings: TopicChoice, *, select_rows: bool) -> list[MqttMessage]:
     """Everything the policy publishes for ``log`` streamed in datagram-sized pieces.
 
     The receive clock advances 2 ms a piece (about the USB ceiling's rate), with held samples
     flushed as the daemon does.
     """
-    policy = PublishPolicy(settings)
+    policy = PublishPolicy(**asdict(settings))
     parser = ULogParser(rows=policy.rows_for if select_rows else None)
     out = policy.log_started(wall_time=WALL, now=0.0)
     rng = random.Random(5)  # noqa: S311 (reproducible cuts, not secrets)
@@ -59,21 +64,20 @@ def publish(log: bytes, settings: PublishSettings, *, select_rows: bool) -> list
 
 
 SETTINGS = (
-    PublishSettings(vehicle_id="v"),
-    PublishSettings(
+    TopicChoice(vehicle_id="v"),
+    TopicChoice(
         vehicle_id="v",
-        rate_hz=2.0,
-        topic_rates={"vehicle_attitude": 0.0, "sensor_*": 50.0},
+        default_rate_hz=2.0,
+        rates={"vehicle_attitude": 0.0, "sensor_*": 50.0},
         exclude=("actuator_*",),
-        encode_msgpack=True,
-        encode_raw=True,
+        encodings=("json", "msgpack", "ulog"),
     ),
-    PublishSettings(vehicle_id="v", rate_hz=0.0, include=("vehicle_*", "sensor_gps")),
+    TopicChoice(vehicle_id="v", default_rate_hz=0.0, include=("vehicle_*", "sensor_gps")),
 )
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=["default", "mixed", "rate0"])
-def test_selected_rows_publish_the_same_messages_on_a_flight(settings: PublishSettings) -> None:
+def test_selected_rows_publish_the_same_messages_on_a_flight(settings: TopicChoice) -> None:
     log = flight()
     assert publish(log, settings, select_rows=True) == publish(log, settings, select_rows=False)
 
@@ -90,7 +94,7 @@ def test_selected_rows_publish_the_same_messages_on_real_logs(name: str) -> None
 
 
 def test_rows_for_follows_the_rates_and_patterns() -> None:
-    policy = PublishPolicy(SETTINGS[1])
+    policy = PublishPolicy(**asdict(SETTINGS[1]))
     dtype = np.dtype([("timestamp", "<u8")])
 
     def rows(name: str) -> RowSelection:
@@ -133,7 +137,7 @@ def test_every_row_published_at_rate_0_equals_pyulogs() -> None:
     path = shared_ulg("pyulog__sample_logging_tagged_and_default_params.ulg")
     with contextlib.redirect_stdout(io.StringIO()):
         theirs = pyulog_rows(ULog(str(path)))
-    settings = PublishSettings(vehicle_id="v", rate_hz=0.0)
+    settings = TopicChoice(vehicle_id="v", default_rate_hz=0.0)
     ours: dict[str, list[dict[str, object]]] = defaultdict(list)
     prefix = "ulogstream/v/json/"
     for message in publish(path.read_bytes(), settings, select_rows=True):

@@ -13,10 +13,11 @@ import aiomqtt
 import pytest
 from waiting import eventually
 
-from ulogstream.adapters.mqtt_sink import MqttSinkSettings
-from ulogstream.adapters.replay import replay, replay_to_mqtt
+from ulogstream.config.sections import MqttSettings
 from ulogstream.errors import ConfigError
-from ulogstream.publish import MqttMessage, PublishPolicy, PublishSettings
+from ulogstream.live.policy import PublishPolicy
+from ulogstream.recorder.replay import replay, replay_to_mqtt
+from ulogstream.recorder.wiring import replay_publisher
 from ulogstream.ulog.events import DataRows
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.writer import ULogWriter
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from mqtt.conftest import Broker
+
+    from ulogstream.live.outbox import MqttMessage
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,7 +71,7 @@ def json_samples(messages: list[MqttMessage]) -> list[MqttMessage]:
 async def test_paced_replay_takes_the_logs_time_divided_by_speed(tmp_path: Path) -> None:
     path = write_log(tmp_path / "a.ulg", seconds=0.6, hz=50)
     sink = ListSink()
-    policy = PublishPolicy(PublishSettings(vehicle_id="v", rate_hz=0))
+    policy = PublishPolicy(vehicle_id="v", default_rate_hz=0)
     started = time.monotonic()
     stats = await replay(path, policy=policy, sink=sink, speed=2.0)
     elapsed = time.monotonic() - started
@@ -81,7 +84,7 @@ async def test_paced_replay_takes_the_logs_time_divided_by_speed(tmp_path: Path)
 async def test_unpaced_replay_thins_by_the_logs_own_clock(tmp_path: Path) -> None:
     path = write_log(tmp_path / "a.ulg", seconds=2.0, hz=100)
     sink = ListSink()
-    policy = PublishPolicy(PublishSettings(vehicle_id="v", rate_hz=10))
+    policy = PublishPolicy(vehicle_id="v", default_rate_hz=10)
     started = time.monotonic()
     stats = await replay(path, policy=policy, sink=sink, speed=None)
     assert time.monotonic() - started < 1.0
@@ -101,7 +104,7 @@ async def test_unpaced_replay_thins_by_the_logs_own_clock(tmp_path: Path) -> Non
 async def test_replay_reports_progress_through_the_whole_file(tmp_path: Path) -> None:
     path = write_log(tmp_path / "a.ulg", seconds=60.0, hz=100)  # ~170 KB: several blocks
     calls: list[tuple[int, int]] = []
-    policy = PublishPolicy(PublishSettings(vehicle_id="v"))
+    policy = PublishPolicy(vehicle_id="v")
     await replay(
         path, policy=policy, sink=ListSink(), speed=None, progress=lambda *a: calls.append(a)
     )
@@ -114,7 +117,7 @@ async def test_replay_reports_progress_through_the_whole_file(tmp_path: Path) ->
 @pytest.mark.asyncio
 async def test_a_bad_speed_is_refused(tmp_path: Path) -> None:
     path = write_log(tmp_path / "a.ulg", seconds=0.1, hz=10)
-    policy = PublishPolicy(PublishSettings(vehicle_id="v"))
+    policy = PublishPolicy(vehicle_id="v")
     with pytest.raises(ConfigError, match="replay speed"):
         await replay(path, policy=policy, sink=ListSink(), speed=0.0)
 
@@ -142,8 +145,9 @@ async def test_replay_to_mqtt_delivers_every_sample_and_ends_offline(
         await ready.wait()
         stats = await replay_to_mqtt(
             path,
-            mqtt=MqttSinkSettings(url=mosquitto.url),
-            publish=PublishSettings(vehicle_id="v", rate_hz=0),
+            publisher=replay_publisher(
+                MqttSettings(url=mosquitto.url, vehicle_id="v", default_rate_hz=0), sys_uuid=None
+            ),
             speed=None,
         )
         async with asyncio.timeout(10):
@@ -181,8 +185,9 @@ async def test_a_real_sample_log_replays_to_valid_json_on_every_topic_instance(
         await ready.wait()
         await replay_to_mqtt(
             path,
-            mqtt=MqttSinkSettings(url=mosquitto.url),
-            publish=PublishSettings(vehicle_id="sample"),
+            publisher=replay_publisher(
+                MqttSettings(url=mosquitto.url, vehicle_id="sample"), sys_uuid=None
+            ),
             speed=None,
         )
 
@@ -224,7 +229,7 @@ async def test_a_jump_of_the_logs_clock_is_not_waited_for(tmp_path: Path) -> Non
     path = tmp_path / "jump.ulg"
     path.write_bytes(writer.getvalue())
     sink = ListSink()
-    policy = PublishPolicy(PublishSettings(vehicle_id="v", rate_hz=0))
+    policy = PublishPolicy(vehicle_id="v", default_rate_hz=0)
     started = time.monotonic()
     await replay(path, policy=policy, sink=sink, speed=1.0)
     assert 0.2 <= time.monotonic() - started < 3.0  # 2 x 0.18 s of log, not an hour

@@ -73,24 +73,33 @@ class Px4:
 def px4_sitl(
     directory: Path, *, instance: int, log: str = "all", sdlog_mode: int = 1
 ) -> Iterator[Px4]:
-    """Start PX4 SITL instance ``instance`` in ``directory``; stop it afterwards.
+    """Start a PX4 SITL instance in ``directory`` (``instance``, or the next free one up to 9).
 
-    Skips the test (with the reason) when the SITL build is absent or does not start.
+    Two suites on one machine (or two tests) may want the same instance: PX4 holds its lock and
+    ports, so the next number is tried. Skips the test (with the reason) when the SITL build is
+    absent or does not start.
     """
     if not SITL.exists():
         pytest.skip(f"no PX4 SITL at {SITL} (../shared is not beside this clone)")
     if shutil.which("bash") is None:
         pytest.skip("the PX4 SITL launcher needs bash")
     directory.mkdir(parents=True, exist_ok=True)
-    started = subprocess.run(
-        [str(SITL), "start", str(directory), "-i", str(instance), "--log", log,
-         "--sdlog-mode", str(sdlog_mode)],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
-    if started.returncode != 0:
-        pytest.skip(f"PX4 SITL does not start here: {(started.stdout + started.stderr)[-500:]}")
+    said = ""
+    for number in range(instance, 10):
+        started = subprocess.run(
+            [str(SITL), "start", str(directory), "-i", str(number), "--log", log,
+             "--sdlog-mode", str(sdlog_mode)],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        said = started.stdout + started.stderr
+        if started.returncode == 0:
+            break
+        if "already running" not in said:
+            pytest.skip(f"PX4 SITL does not start here: {said[-500:]}")
+    else:
+        pytest.skip(f"no free PX4 SITL instance from {instance} to 9: {said[-300:]}")
     try:
-        yield Px4(directory, instance)
+        yield Px4(directory, number)
     finally:
         subprocess.run(
             [str(SITL), "stop", str(directory)], capture_output=True, check=False, timeout=60

@@ -12,7 +12,7 @@ from daemon.support import Process, recordings
 from px4.support import UdpRelay, px4_sitl
 from pyulog import ULog
 
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
 
 if TYPE_CHECKING:
     from pathlib import Path

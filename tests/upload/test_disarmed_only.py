@@ -11,18 +11,18 @@ from upload.review_server import HANG, ReviewServer
 from waiting import eventually, holds_for, running
 
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.adapters.upload import LogShipper
-from ulogstream.config import (
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.config.sections import (
     FlightReviewSettings,
     LinkSettings,
     RecordingSettings,
     Settings,
     UploadSettings,
 )
-from ulogstream.daemon import Recorder
-from ulogstream.demo import free_udp_port
 from ulogstream.mavlink_codec import MAV_AUTOPILOT_PX4, MAV_TYPE_QUADROTOR, MavlinkCodec
+from ulogstream.recorder.wiring import build_recorder
 from ulogstream.stream.packets import MAV_MODE_FLAG_SAFETY_ARMED
+from ulogstream.upload.shipper import LogShipper
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -104,7 +104,7 @@ async def test_the_recorder_tells_the_shipper_what_the_autopilot_heartbeat_says(
     tmp_path: Path,
 ) -> None:
     port = free_udp_port()
-    recorder = Recorder(
+    recorder = build_recorder(
         Settings(
             link=LinkSettings(connection=f"udpin:127.0.0.1:{port}", hint_after_s=0),
             recording=RecordingSettings(out_dir=tmp_path, min_free_mb=0),

@@ -11,13 +11,16 @@ import pytest
 from upload.review_server import HANG, ReviewServer
 from waiting import running
 
-from ulogstream.adapters.flight_review import FlightReviewTarget, MultipartPost, post
-from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, make_target
-from ulogstream.config import FlightReviewSettings, UploadSettings, load_settings
+from ulogstream.config.loader import load_settings
+from ulogstream.config.sections import FlightReviewSettings, UploadSettings
 from ulogstream.errors import ConfigError
+from ulogstream.upload.flight_review import FlightReviewTarget, MultipartPost, post
+from ulogstream.upload.info import FinishedLogInfo
+from ulogstream.upload.shipper import LogShipper
+from ulogstream.upload.targets import make_target
 
 if TYPE_CHECKING:
-    from ulogstream.config import FlightReviewApi
+    from ulogstream.config.sections import FlightReviewApi
 
 pytestmark = pytest.mark.timeout(60)
 

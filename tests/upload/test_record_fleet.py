@@ -24,7 +24,7 @@ from daemon.support import (
 )
 from waiting import eventually
 
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -13,8 +13,8 @@ import pytest
 from daemon.support import Process, make_flight, recordings
 from upload.review_server import ReviewServer
 
-from ulogstream.daemon import UPLOAD_QUEUE_FOLDER
-from ulogstream.demo import free_udp_port
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.recorder.wiring import UPLOAD_QUEUE_FOLDER
 
 if TYPE_CHECKING:
     from pathlib import Path

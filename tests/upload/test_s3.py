@@ -24,7 +24,12 @@ from mqtt.conftest import free_port
 from obstore.exceptions import GenericError, PermissionDeniedError
 from waiting import POLL_INTERVAL, WAIT_LIMIT, eventually, holds_for, running
 
-from ulogstream.adapters.s3_upload import (
+from ulogstream.config.loader import COMMAND_LINE, load_settings
+from ulogstream.config.sections import S3Settings, UploadSettings
+from ulogstream.errors import ConfigError, LinkError, UploadRejectedError
+from ulogstream.sim.flightlog import generate_flight_log
+from ulogstream.upload.info import FinishedLogInfo
+from ulogstream.upload.s3 import (
     S3Credentials,
     S3Target,
     _failure,
@@ -32,10 +37,7 @@ from ulogstream.adapters.s3_upload import (
     object_key,
     read_s3_credentials,
 )
-from ulogstream.adapters.upload import FinishedLogInfo, LogShipper
-from ulogstream.config import COMMAND_LINE, S3Settings, UploadSettings, load_settings
-from ulogstream.errors import ConfigError, LinkError, UploadRejectedError
-from ulogstream.sim.flightlog import generate_flight_log
+from ulogstream.upload.shipper import LogShipper
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -12,16 +12,11 @@ from typing import TYPE_CHECKING
 import pytest
 from waiting import eventually, running
 
-from ulogstream.adapters.upload import (
-    FinishedLogInfo,
-    LogShipper,
-    describe,
-    read_sys_uuid,
-    recalled_sys_uuid,
-    remember_sys_uuid,
-)
-from ulogstream.config import UploadSettings
+from ulogstream.config.sections import UploadSettings
+from ulogstream.recorder.identity import recalled_sys_uuid, remember_sys_uuid
 from ulogstream.sim.flightlog import generate_flight_log
+from ulogstream.upload.info import FinishedLogInfo, describe, read_sys_uuid
+from ulogstream.upload.shipper import LogShipper
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -192,7 +187,7 @@ def test_a_log_outside_the_date_folders_gets_its_date_from_the_file(tmp_path: Pa
     assert info.sha256 == hashlib.sha256(b"x").hexdigest()
 
 
-def test_the_sys_uuid_is_read_from_the_log_header_and_remembered(tmp_path: Path) -> None:
+def test_the_sys_uuid_is_read_from_the_log_header_and_can_be_remembered(tmp_path: Path) -> None:
     out = io.BytesIO()
     generate_flight_log(out, duration_s=1.0, seed=3)
     log = finished_log(tmp_path / "out", out.getvalue())
@@ -200,10 +195,12 @@ def test_the_sys_uuid_is_read_from_the_log_header_and_remembered(tmp_path: Path)
     expected = "000600000000383233333039510700340029"  # the sim's PX4 info
 
     assert read_sys_uuid(log) == expected
-    info = describe(log, len(out.getvalue()), vehicle="v", how="complete", sys_uuid_file=state)
+    info = describe(log, len(out.getvalue()), vehicle="v", how="complete")
 
     assert info.sys_uuid == expected
     assert info.as_json()["sys_uuid"] == expected
+    assert recalled_sys_uuid(state) is None
+    assert remember_sys_uuid(state, expected)
     assert recalled_sys_uuid(state) == expected
     assert not remember_sys_uuid(state, expected)  # unchanged: not written again
     assert remember_sys_uuid(state, "another")

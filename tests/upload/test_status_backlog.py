@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ulogstream.adapters.upload import FinishedLogInfo, PendingUpload, UploadJournal
-from ulogstream.config import LinkSettings, RecordingSettings, Settings, UploadSettings
-from ulogstream.daemon import UPLOAD_QUEUE_FOLDER, Recorder, status_fields
+from ulogstream.config.sections import LinkSettings, RecordingSettings, Settings, UploadSettings
+from ulogstream.recorder.status import status_fields
+from ulogstream.recorder.wiring import UPLOAD_QUEUE_FOLDER, build_recorder
+from ulogstream.upload.info import FinishedLogInfo
+from ulogstream.upload.journal import PendingUpload, UploadJournal
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from ulogstream.recorder.recorder import Recorder
 
 
 def recorder_with_waiting_logs(out: Path, count: int) -> Recorder:
@@ -24,7 +28,7 @@ def recorder_with_waiting_logs(out: Path, count: int) -> Recorder:
             vehicle="v", complete=True, how="complete",
         )  # fmt: skip
         journal.write(PendingUpload(info))
-    return Recorder(
+    return build_recorder(
         Settings(
             link=LinkSettings(connection="udpin:127.0.0.1:14550"),
             recording=RecordingSettings(out_dir=out, min_free_mb=0),

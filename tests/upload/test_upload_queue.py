@@ -13,8 +13,7 @@ import pytest
 from upload.review_server import ReviewServer
 from waiting import eventually, running
 
-from ulogstream.adapters.upload import FinishedLogInfo, LogShipper, PendingUpload, UploadJournal
-from ulogstream.config import (
+from ulogstream.config.sections import (
     FlightReviewSettings,
     LinkSettings,
     MqttSettings,
@@ -22,7 +21,10 @@ from ulogstream.config import (
     Settings,
     UploadSettings,
 )
-from ulogstream.daemon import Recorder
+from ulogstream.recorder.wiring import build_recorder
+from ulogstream.upload.info import FinishedLogInfo
+from ulogstream.upload.journal import PendingUpload, UploadJournal
+from ulogstream.upload.shipper import LogShipper
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -250,7 +252,7 @@ async def test_the_upload_command_never_sees_the_mqtt_password(
         ),
         upload=UploadSettings(command=f"{sys.executable} {script} {{path}}"),
     )
-    recorder = Recorder(settings)
+    recorder = build_recorder(settings)
     target = recorder.shipper.target
     assert target is not None
     assert await target.upload(info_of(log)) == f"done {log}"

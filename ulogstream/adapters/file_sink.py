@@ -46,7 +46,6 @@ from ulogstream.ulog.spec import (
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from ulogstream.config import RecordingSettings
 
 logger = logging.getLogger("ulogstream")
 
@@ -246,26 +245,6 @@ class UlgFileSink:
         """Bytes of the finished logs in the logbook at the last start (``max_total_mb``)."""
         self.bytes_dropped = 0
         """Bytes of the current log discarded after the disk guard stopped it."""
-
-    @classmethod
-    def from_settings(
-        cls,
-        recording: RecordingSettings,
-        *,
-        folder: str | None = None,
-        tags: Mapping[str, str | int] | None = None,
-        upload_pending: bool = False,
-    ) -> UlgFileSink:
-        """A sink configured by the ``[recording]`` settings, writing into ``out_dir/folder``."""
-        return cls(
-            recording.out_dir,
-            folder=folder,
-            min_free_mb=recording.min_free_mb,
-            max_logs=recording.max_logs,
-            max_total_mb=recording.max_total_mb,
-            tags=tags,
-            upload_pending=upload_pending,
-        )
 
     @property
     def is_open(self) -> bool:

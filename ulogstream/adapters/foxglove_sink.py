@@ -6,10 +6,10 @@ is a non-blocking hand-over, so a slow or vanished viewer never delays an ack, t
 Each viewer has a bounded backlog (``foxglove.backlog``); when it is full the oldest messages are
 dropped for that viewer alone.
 
-What is sent is what MQTT sends: a :class:`~ulogstream.publish.PublishPolicy` chooses the rows
+What is sent is what MQTT sends: a :class:`~ulogstream.live.policy.PublishPolicy` chooses the rows
 and builds the JSON sample objects, so fields, NaN-as-null and wall-clock ``t`` are those of the
 MQTT JSON payloads. With MQTT on, a topic instance both publish alike (JSON at the same rate cap:
-:func:`~ulogstream.publish.chooses_alike`) is served from MQTT's own messages, the very payload
+:func:`~ulogstream.live.policy.chooses_alike`) is served from MQTT's own messages, the very payload
 bytes (see :meth:`FoxgloveSink.follow`): one choice and one encoding of each row for both. The
 rest (another rate cap, MQTT off) goes through a policy of this sink's own. The sink routes:
 
@@ -37,15 +37,8 @@ from foxglove.websocket import Capability, ServerListener
 
 from ulogstream.errors import UlogstreamError
 from ulogstream.export.rostypes import LOG_TOPIC, PARAMETER_TOPIC, instance_topic
-from ulogstream.publish import (
-    JsonValue,
-    MqttMessage,
-    PublishPolicy,
-    PublishSettings,
-    chooses_alike,
-    json_sample_time,
-    row_json_schema,
-)
+from ulogstream.live.encode import JsonValue, json_sample_time, row_json_schema
+from ulogstream.live.policy import PublishPolicy, chooses_alike
 from ulogstream.ulog.events import (
     DataRows,
     DefinitionsEnd,
@@ -62,7 +55,9 @@ if TYPE_CHECKING:
 
     from foxglove.websocket import Client, WebSocketServer
 
-    from ulogstream.config import FoxgloveSettings, ListenAddress
+    from ulogstream.config.sections import FoxgloveSettings
+    from ulogstream.config.values import ListenAddress
+    from ulogstream.live.outbox import MqttMessage
 
 logger = logging.getLogger("ulogstream")
 
@@ -263,7 +258,7 @@ class FoxgloveSink:
         each log starts). Their rows then reach this sink only as MQTT's JSON messages, passed
         to :meth:`event` and :meth:`mirror`: this sink's policy neither chooses nor encodes them.
         Where the rate caps differ, this sink's policy still takes the payloads of rows MQTT's
-        has just encoded (:meth:`~ulogstream.publish.PublishPolicy.reuse_json_of`).
+        has just encoded (:meth:`~ulogstream.live.policy.PublishPolicy.reuse_json_of`).
         """
         self._shared = mqtt
         self.policy.reuse_json_of(mqtt)
@@ -485,15 +480,3 @@ def _read(path: Path, key: str) -> bytes:
     except OSError as err:
         msg = f"{key} {path} cannot be read: {err.strerror}"
         raise UlogstreamError(msg) from None
-
-
-def foxglove_publish_settings(settings: FoxgloveSettings) -> PublishSettings:
-    """The policy settings of the Foxglove sink: JSON samples at its own rate cap."""
-    return PublishSettings(vehicle_id="foxglove", rate_hz=settings.default_rate_hz)
-
-
-def build_foxglove(settings: FoxgloveSettings) -> FoxgloveSink | None:
-    """The Foxglove side (not yet listening), or None when ``[foxglove]`` is not enabled."""
-    if not settings.enabled:
-        return None
-    return FoxgloveSink(settings, PublishPolicy(foxglove_publish_settings(settings)))

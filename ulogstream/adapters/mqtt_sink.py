@@ -21,13 +21,8 @@ import asyncio
 import contextlib
 import errno
 import logging
-import os
-import secrets
-import socket
 import ssl
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiomqtt
@@ -35,118 +30,20 @@ from paho.mqtt import client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from ulogstream.config import BrokerAddress, SettingError, parse_mqtt_url
+from ulogstream.config.values import BrokerAddress, parse_mqtt_url
 from ulogstream.errors import ConfigError
-from ulogstream.publish import MqttMessage, valid_topic
+from ulogstream.live.outbox import MqttMessage, Outbox
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     _ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, object]], object]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_OUTBOX = 10_000
+DEFAULT_OUTBOX_SIZE = 10_000
 """Sample messages kept for the broker before the oldest are dropped (~1.5 s at full rate)."""
-
-_PROTOCOLS = {4: aiomqtt.ProtocolVersion.V311, 5: aiomqtt.ProtocolVersion.V5}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MqttSinkSettings:
-    """How to reach the broker.
-
-    Attributes:
-        url: ``mqtt://HOST[:PORT]`` or ``mqtts://HOST[:PORT]`` (TLS), read by
-            :func:`~ulogstream.config.parse_mqtt_url`.
-        fallback_urls: More brokers tried in turn after ``url`` (a cluster's other nodes).
-        client_id: MQTT client identifier; a unique one (host, pid, random) when None.
-        protocol: 4 for MQTT 3.1.1, 5 for MQTT 5 (content types and user properties).
-        ca_file: CA certificates to verify the broker with (the system's when None).
-        cert_file: Client certificate for TLS client authentication.
-        key_file: Private key of ``cert_file`` (when not inside it).
-        tls_insecure: Skip the check that the broker's certificate names its host.
-        username: User name for password authentication.
-        password: The password itself, read once at start-up by
-            :func:`~ulogstream.config.mqtt_password`; not shown by ``repr``.
-        keepalive: Seconds between MQTT pings.
-        session_expiry: MQTT 5 session expiry interval in seconds (0: none); on 3.1.1 any value
-            above 0 asks for a persistent session (clean session off).
-        retained_resend_per_s: Retained messages sent again per second after a reconnect.
-        max_messages_per_s: Cap on publishes per second on the connection (0: no cap).
-        max_outbox: Sample messages kept while the broker is slow or away.
-        backoff_initial: First wait before reconnecting, in seconds.
-        backoff_max: Longest wait between reconnection attempts, in seconds.
-        timeout: Seconds to wait for the broker to answer a connect or a publish.
-    """
-
-    url: str
-    fallback_urls: tuple[str, ...] = ()
-    client_id: str | None = None
-    protocol: int = 5
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    tls_insecure: bool = False
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    keepalive: int = 30
-    session_expiry: int = 0
-    retained_resend_per_s: float = 100.0
-    max_messages_per_s: float = 0.0
-    max_outbox: int = DEFAULT_MAX_OUTBOX
-    backoff_initial: float = 0.5
-    backoff_max: float = 5.0
-    timeout: float = 10.0
-
-
-def is_sample(message: MqttMessage) -> bool:
-    """Whether ``message`` is a sample (``.../{topic}/{multi_id}``, not retained).
-
-    Samples are the only kind the rate cap drops. Status, info, params and schemas are retained;
-    ``log`` and ``meta/...`` events do not end in a number.
-    """
-    return not message.retain and message.topic.rpartition("/")[2].isdigit()
-
-
-class TokenBucket:
-    """``rate`` tokens per second, at most ``capacity`` saved up; may run into debt to ``-floor``.
-
-    Args:
-        rate: Tokens added per second (> 0).
-        capacity: The most tokens kept (a burst).
-        floor: How far :meth:`spend` may take the balance below zero.
-    """
-
-    def __init__(self, rate: float, capacity: float, floor: float = 0.0) -> None:
-        self.rate = rate
-        self.capacity = capacity
-        self.floor = floor
-        self.tokens = capacity
-        self._stamp = time.monotonic()
-
-    def _refill(self, now: float) -> None:
-        self.tokens = min(self.capacity, self.tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-
-    def take(self, now: float) -> bool:
-        """Take one token if there is one."""
-        self._refill(now)
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
-
-    def spend(self, now: float) -> None:
-        """Take one token even when there is none (down to ``-floor``)."""
-        self._refill(now)
-        self.tokens = max(-self.floor, self.tokens - 1.0)
-
-    def wait(self, now: float) -> float:
-        """Seconds until a token is there (0: now)."""
-        self._refill(now)
-        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
 
 
 BURST = 64
@@ -162,12 +59,6 @@ def _paho_of(client: aiomqtt.Client) -> mqtt.Client | None:
     """
     paho = getattr(client, "_client", None)
     return paho if isinstance(paho, mqtt.Client) else None
-
-
-def unique_client_id() -> str:
-    """``ulogstream-<host>-<pid>-<random>``: two receivers never take each other's session."""
-    host = socket.gethostname().split(".")[0][:16] or "host"
-    return f"ulogstream-{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
 def _ignore_closed_socket_registration(previous: _ExceptionHandler | None) -> _ExceptionHandler:
@@ -230,99 +121,104 @@ paho_logger = logging.getLogger("ulogstream.adapters.mqtt_sink.paho")
 paho_logger.addFilter(_HandledAsWarning())
 
 
-def _tls_context(settings: MqttSinkSettings) -> ssl.SSLContext:
+def _tls_context(
+    ca_file: Path | None, cert_file: Path | None, key_file: Path | None
+) -> ssl.SSLContext:
     try:
-        context = ssl.create_default_context(
-            cafile=None if settings.ca_file is None else str(settings.ca_file)
-        )
-        if settings.cert_file is not None:
-            context.load_cert_chain(
-                str(settings.cert_file),
-                None if settings.key_file is None else str(settings.key_file),
-            )
+        context = ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+        if cert_file is not None:
+            context.load_cert_chain(str(cert_file), None if key_file is None else str(key_file))
     except (OSError, ssl.SSLError) as err:
         msg = f"cannot set up MQTT TLS from the CA, certificate or key file: {err}"
         raise ConfigError(msg) from err
-    if settings.tls_insecure:
-        context.check_hostname = False
     return context
 
 
 class MqttSink:
-    """Publishes :class:`MqttMessage` values to a broker without ever blocking the producer.
+    """Publishes what is offered to a broker without ever blocking the producer.
+
+    The messages wait in a :class:`~ulogstream.live.outbox.Outbox` (what is kept and what goes
+    first is decided there); this adapter connects, drains it and reconnects. Its arguments are
+    named as the ``[mqtt]`` keys and were checked by the configuration.
 
     Args:
-        settings: Broker address, TLS and credentials.
+        urls: The brokers, tried in turn (``mqtt.url`` then ``mqtt.urls``).
+        client_id: The MQTT client id (filled in by the recorder's identity).
+        protocol: ``"3.1.1"`` or ``"5"`` (content types and user properties).
+        tls_ca_file: CA certificates to verify the broker with (the system's when None).
+        tls_cert_file: Client certificate for TLS client authentication.
+        tls_key_file: Private key of ``tls_cert_file`` (when not inside it).
+        username: User name for password authentication.
+        password: The password itself (read once at start-up); never logged.
+        keepalive_s: Seconds between MQTT pings.
+        session_expiry_s: MQTT 5 session expiry interval (0: none); on 3.1.1 any value above 0
+            asks for a persistent session (clean session off).
+        retained_resend_per_s: Retained messages sent again per second after a reconnect.
+        max_messages_per_s: Cap on publishes per second on the connection (0: no cap).
+        outbox_size: Sample messages kept while the broker is slow or away.
         will: Last Will the broker publishes if this client vanishes (retained status).
+        backoff_initial_s: First wait before reconnecting.
+        backoff_max_s: Longest wait between reconnection attempts.
+        timeout_s: Seconds to wait for the broker to answer a connect or a publish.
 
     Raises:
-        ConfigError: The URL, TLS files or password source cannot be used.
+        ConfigError: The TLS files cannot be read.
     """
 
-    def __init__(self, settings: MqttSinkSettings, *, will: MqttMessage | None = None) -> None:
-        self.settings = settings
-        try:
-            self.addresses = [
-                parse_mqtt_url(url) for url in (settings.url, *settings.fallback_urls)
-            ]
-        except SettingError as err:
-            raise ConfigError(str(err)) from None
+    def __init__(
+        self,
+        *,
+        urls: Sequence[str],
+        client_id: str,
+        protocol: str = "3.1.1",
+        tls_ca_file: Path | None = None,
+        tls_cert_file: Path | None = None,
+        tls_key_file: Path | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        keepalive_s: int = 30,
+        session_expiry_s: int = 0,
+        retained_resend_per_s: float = 100.0,
+        max_messages_per_s: float = 0.0,
+        outbox_size: int = DEFAULT_OUTBOX_SIZE,
+        will: MqttMessage | None = None,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 5.0,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.urls = tuple(urls)
+        """The brokers as configured, tried in turn."""
+        self.addresses = [parse_mqtt_url(url) for url in urls]
         self.address = self.addresses[0]
         """The broker connected to, or tried next."""
-        if settings.retained_resend_per_s <= 0 or settings.max_messages_per_s < 0:
-            msg = (
-                "MQTT retained_resend_per_s must be > 0 and max_messages_per_s >= 0, not "
-                f"{settings.retained_resend_per_s} and {settings.max_messages_per_s}"
-            )
-            raise ConfigError(msg)
-        if settings.protocol not in _PROTOCOLS:
-            msg = f"MQTT protocol must be 4 (3.1.1) or 5, not {settings.protocol!r}"
-            raise ConfigError(msg)
-        if settings.max_outbox < 1:
-            msg = f"MQTT max_outbox must be at least 1, not {settings.max_outbox}"
-            raise ConfigError(msg)
-        self._password = settings.password
-        if self._password is not None and settings.username is None:
-            msg = "an MQTT password is set without a username"
-            raise ConfigError(msg)
+        self._username = username
+        self._password = password
+        self._keepalive_s = keepalive_s
+        self._session_expiry_s = session_expiry_s
+        self._backoff_initial_s = backoff_initial_s
+        self._backoff_max_s = backoff_max_s
+        self._timeout_s = timeout_s
         tls = (
             any(a.tls for a in self.addresses)
-            or settings.ca_file is not None
-            or settings.cert_file is not None
+            or tls_ca_file is not None
+            or (tls_cert_file is not None)
         )
-        self._tls = _tls_context(settings) if tls else None
-        self.client_id = settings.client_id or unique_client_id()
+        self._tls = _tls_context(tls_ca_file, tls_cert_file, tls_key_file) if tls else None
+        self.client_id = client_id
         self._will = will
-        self._v5 = settings.protocol == 5  # noqa: PLR2004
-        self._outbox: deque[MqttMessage] = deque(maxlen=settings.max_outbox)
-        self._priority: deque[MqttMessage] = deque(maxlen=settings.max_outbox)
-        """Non-retained messages that are not samples (``log``, ``meta/...`` events)."""
-        self._retained: dict[str, MqttMessage] = {}
-        self._pending_retained: dict[str, MqttMessage] = {}
-        self._resend: dict[str, MqttMessage] = {}
-        """Retained messages to send again after a reconnect, at a bounded rate."""
-        resend_rate = settings.retained_resend_per_s
-        self._resend_bucket = TokenBucket(resend_rate, 1.0 + resend_rate / 20)
-        cap = settings.max_messages_per_s
-        self._cap: TokenBucket | None = None
-        self._admit: TokenBucket | None = None
-        if cap > 0:
-            # Publishes are paced at the cap (a 50 ms burst at most); samples are admitted at the
-            # cap minus what the other messages take, so their backlog stays about a second.
-            self._cap = TokenBucket(cap, 1.0 + cap / 20)
-            self._admit = TokenBucket(cap, cap, floor=cap)
+        self._v5 = protocol == "5"
+        self.outbox = Outbox(
+            outbox_size=outbox_size,
+            max_messages_per_s=max_messages_per_s,
+            retained_resend_per_s=retained_resend_per_s,
+            now=time.monotonic(),
+        )
         self._properties: dict[tuple[str | None, tuple[tuple[str, str], ...]], Properties] = {}
         self._wakeup = asyncio.Event()
         self._drained = asyncio.Event()
         self._busy = False
         self.published = 0
         """Messages handed to the broker."""
-        self.dropped = 0
-        """Sample messages dropped because the outbox was full (broker slow or away)."""
-        self.unpublishable = 0
-        """Messages dropped because no broker would take them (bad topic, payload too large)."""
-        self.capped = 0
-        """Sample messages dropped to keep under ``max_messages_per_s``."""
         self.reconnects = 0
         """Connections made after the first one."""
         self.connected = False
@@ -333,58 +229,42 @@ class MqttSink:
         """Whether a broker took a connection at least once."""
         self._session_connected = False
 
+    @property
+    def dropped(self) -> int:
+        """Samples dropped because the outbox was full (broker slow or away)."""
+        return self.outbox.dropped
+
+    @property
+    def capped(self) -> int:
+        """Samples dropped to keep under ``max_messages_per_s``."""
+        return self.outbox.capped
+
+    @property
+    def unpublishable(self) -> int:
+        """Messages dropped because no broker would take them (bad topic, payload too large)."""
+        return self.outbox.unpublishable
+
     # -- producer side (never waits) ---------------------------------------------------------
 
     def offer(self, message: MqttMessage) -> None:
-        """Queue ``message`` without waiting; when the outbox is full the oldest is dropped.
-
-        Retained messages are kept per topic (the newest wins) and are never dropped. A message
-        whose topic no broker takes is dropped and counted in :attr:`unpublishable`: sent, it
-        would make paho raise or the broker disconnect (and a retained one would be re-sent after
-        every reconnect).
-        """
-        if not valid_topic(message.topic):
-            self._refuse(message, "the topic is not a valid MQTT topic name")
+        """Queue ``message`` without waiting (see :meth:`Outbox.offer`)."""
+        if not self.outbox.offer(message, time.monotonic()):
+            self._refused(message, "the topic is not a valid MQTT topic name")
             return
-        admit = self._admit
-        if message.retain:
-            self._retained[message.topic] = message
-            self._pending_retained.pop(message.topic, None)
-            self._pending_retained[message.topic] = message
-            self._resend.pop(message.topic, None)
-            if admit is not None:
-                admit.spend(time.monotonic())
-        elif is_sample(message):
-            if admit is not None and not admit.take(time.monotonic()):
-                self.capped += 1
-                return
-            outbox = self._outbox
-            if len(outbox) == outbox.maxlen:
-                self.dropped += 1
-            outbox.append(message)
-        else:
-            if admit is not None:
-                admit.spend(time.monotonic())
-            if len(self._priority) == self._priority.maxlen:
-                self.dropped += 1
-            self._priority.append(message)
         self._wakeup.set()
 
     def offer_all(self, messages: list[MqttMessage]) -> None:
         """:meth:`offer` each of ``messages`` in order."""
+        offer, now = self.outbox.offer, time.monotonic()
         for message in messages:
-            self.offer(message)
+            if not offer(message, now):
+                self._refused(message, "the topic is not a valid MQTT topic name")
+        self._wakeup.set()
 
     @property
     def pending(self) -> int:
         """Messages waiting to be published."""
-        return (
-            len(self._outbox)
-            + len(self._priority)
-            + len(self._pending_retained)
-            + len(self._resend)
-            + self._busy
-        )
+        return self.outbox.pending + self._busy
 
     async def wait_drained(self) -> None:
         """Wait until everything offered so far was published (bound it with asyncio.timeout)."""
@@ -405,7 +285,7 @@ class MqttSink:
             loop.set_exception_handler(previous)
 
     async def _reconnect_forever(self) -> None:
-        backoff = self.settings.backoff_initial
+        backoff = self._backoff_initial_s
         probed: set[BrokerAddress] = set()
         while True:
             self._session_connected = False
@@ -426,7 +306,7 @@ class MqttSink:
                         f"mqtts://{address.host}:{address.port}"
                     )
             if self._session_connected:
-                backoff = self.settings.backoff_initial
+                backoff = self._backoff_initial_s
             failed = self.address
             index = (self.addresses.index(failed) + 1) % len(self.addresses)
             self.address = self.addresses[index]
@@ -441,7 +321,7 @@ class MqttSink:
             )
             await asyncio.sleep(backoff)
             if index == 0:  # every broker tried once more: wait longer before the next round
-                backoff = min(backoff * 2, self.settings.backoff_max)
+                backoff = min(backoff * 2, self._backoff_max_s)
 
     async def _session(self) -> None:
         client = self._client()
@@ -453,8 +333,7 @@ class MqttSink:
                 self.reconnects += 1
                 # A restarted broker (or another node) may lack our retained topics: send them
                 # all again, at a bounded rate; ones offered meanwhile go first, as new.
-                pending = self._pending_retained
-                self._resend = {t: m for t, m in self._retained.items() if t not in pending}
+                self.outbox.connected_again()
             self.ever_connected = True
             logger.info(
                 "MQTT connected to %s:%d as %r",
@@ -467,7 +346,6 @@ class MqttSink:
                 group.create_task(self._drain(client))
 
     def _client(self) -> aiomqtt.Client:
-        settings = self.settings
         will = None
         if self._will is not None:
             will = aiomqtt.Will(
@@ -478,21 +356,21 @@ class MqttSink:
                 properties=self._properties_for(self._will),
             )
         properties = None
-        if self._v5 and settings.session_expiry > 0:
+        if self._v5 and self._session_expiry_s > 0:
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
-            properties.SessionExpiryInterval = settings.session_expiry
+            properties.SessionExpiryInterval = self._session_expiry_s
         return aiomqtt.Client(
             self.address.host,
             self.address.port,
-            username=settings.username,
+            username=self._username,
             password=self._password,
             identifier=self.client_id,
-            protocol=_PROTOCOLS[settings.protocol],
+            protocol=aiomqtt.ProtocolVersion.V5 if self._v5 else aiomqtt.ProtocolVersion.V311,
             will=will,
-            keepalive=settings.keepalive,
-            clean_session=None if self._v5 else settings.session_expiry == 0,
+            keepalive=self._keepalive_s,
+            clean_session=None if self._v5 else self._session_expiry_s == 0,
             properties=properties,
-            timeout=settings.timeout,
+            timeout=self._timeout_s,
             tls_context=self._tls,
             logger=paho_logger,
         )
@@ -504,32 +382,19 @@ class MqttSink:
         async for _ in client.messages:
             pass
 
-    def _next(self, now: float) -> MqttMessage | float | None:
-        """The message to publish now, else how long until a resend is due (None: nothing)."""
-        pending_retained = self._pending_retained
-        if pending_retained:
-            return pending_retained.pop(next(iter(pending_retained)))
-        if self._priority:
-            return self._priority.popleft()
-        resend = self._resend
-        if resend and self._resend_bucket.take(now):
-            return resend.pop(next(iter(resend)))
-        if self._outbox:
-            return self._outbox.popleft()
-        return self._resend_bucket.wait(now) if resend else None
-
     async def _drain(self, client: aiomqtt.Client) -> None:
         paho = _paho_of(client)
+        outbox = self.outbox
         while True:
             if (
                 paho is not None
-                and self._cap is None
+                and outbox.cap is None
                 and not paho.want_write()
                 and self._publish_burst(paho)
             ):
                 await asyncio.sleep(0)  # let the loop read the socket and run the others
                 continue
-            message = self._next(time.monotonic())
+            message = outbox.next(time.monotonic())
             if not isinstance(message, MqttMessage):
                 if message is None:
                     self._drained.set()
@@ -542,7 +407,7 @@ class MqttSink:
                 continue
             self._busy = True
             try:
-                cap = self._cap
+                cap = outbox.cap
                 if cap is not None:
                     delay = cap.wait(time.monotonic())
                     if delay > 0:
@@ -556,11 +421,11 @@ class MqttSink:
                     properties=self._properties_for(message),
                 )
             except ValueError as err:  # paho refuses this message (and only this one)
-                self._forget_retained(message)
-                self._refuse(message, _describe(err))
+                outbox.refused(message)
+                self._refused(message, _describe(err))
                 continue
             except BaseException:  # lost connection or cancelled by the watcher: not sent
-                self._requeue(message)
+                outbox.requeue(message)
                 raise
             finally:
                 self._busy = False
@@ -583,13 +448,11 @@ class MqttSink:
             aiomqtt.MqttCodeError: paho has no connection (the message is requeued).
         """
         sent = 0
+        outbox = self.outbox
         for _ in range(BURST):
-            if self._pending_retained or self._resend:
-                break  # retained messages first, through publish, in _next's order
-            queue = self._priority or self._outbox
-            if not queue or queue[0].qos:
+            message = outbox.next_qos0()  # retained messages first, through publish
+            if message is None:
                 break
-            message = queue.popleft()
             try:
                 info = paho.publish(
                     message.topic,
@@ -599,40 +462,26 @@ class MqttSink:
                     properties=self._properties_for(message),
                 )
             except ValueError as err:  # paho refuses this message (and only this one)
-                self._refuse(message, _describe(err))
+                outbox.refused(message)
+                self._refused(message, _describe(err))
                 continue
             if info.rc != mqtt.MQTT_ERR_SUCCESS:
-                self._requeue(message)
+                outbox.requeue(message)
                 raise aiomqtt.MqttCodeError(info.rc, "Could not publish message")
             self.published += 1
             sent += 1
         return sent
 
-    def _refuse(self, message: MqttMessage, reason: str) -> None:
-        self.unpublishable += 1
-        count = self.unpublishable
-        if count & (count - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...: visible, never a flood
+    def _refused(self, message: MqttMessage, reason: str) -> None:
+        """Say so when a message was refused: the 1st, 2nd, 4th, 8th... time (never a flood)."""
+        count = self.outbox.unpublishable
+        if count & (count - 1) == 0:
             logger.warning(
                 "MQTT message on %r dropped: %s (%d unpublishable so far)",
                 message.topic,
                 reason,
                 count,
             )
-
-    def _forget_retained(self, message: MqttMessage) -> None:
-        """Stop re-sending ``message`` after reconnects (a newer one on its topic stays)."""
-        if message.retain and self._retained.get(message.topic) is message:
-            del self._retained[message.topic]
-
-    def _requeue(self, message: MqttMessage) -> None:
-        """Put back a message the broker did not take (retained ones are re-sent anyway)."""
-        if message.retain:
-            return
-        queue = self._outbox if is_sample(message) else self._priority
-        if len(queue) == queue.maxlen:
-            self.dropped += 1
-        else:
-            queue.appendleft(message)
 
     def _properties_for(self, message: MqttMessage) -> Properties | None:
         if not self._v5 or (message.content_type is None and not message.user_properties):

@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from ulogstream.adapters.connection import open_transport, parse_connection
+from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.transport import ReadableWaiter
+from ulogstream.config.values import parse_connection
 from ulogstream.errors import ConfigError, LinkError
 from ulogstream.mavlink_codec import MAV_AUTOPILOT_PX4, MAV_TYPE_QUADROTOR, MavlinkCodec
 from ulogstream.sim.faults import NO_FAULTS, DelayLine, FaultConfig, corrupt_frame

@@ -1,6 +1,6 @@
 """The one rule that ties a log's boot time to UTC: its first plausible GPS UTC fix.
 
-Live publishing (:mod:`ulogstream.publish`) and the exporters (:mod:`ulogstream.export`) both
+Live publishing (:mod:`ulogstream.live.policy`) and the exporters (:mod:`ulogstream.export`) both
 anchor vehicle time with it, so a log gets the same wall-clock time on MQTT and in a rosbag.
 """
 

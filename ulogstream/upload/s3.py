@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
     from obstore.store import S3Config, S3Credential
 
-    from ulogstream.adapters.upload import FinishedLogInfo
-    from ulogstream.config import S3Settings
+    from ulogstream.config.sections import S3Settings
+    from ulogstream.upload.info import FinishedLogInfo
 
 logger = logging.getLogger(__name__)
 

@@ -22,28 +22,36 @@ import fnmatch
 import heapq
 import json
 import math
-import re
-import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import msgpack
 import numpy as np
-import numpy.typing as npt
 
-from ulogstream.errors import ConfigError, ULogFormatError
+from ulogstream.errors import ULogFormatError
+from ulogstream.live.encode import (
+    JSON_CONTENT_TYPE,
+    MSGPACK_CONTENT_TYPE,
+    RAW_CONTENT_TYPE,
+    JsonValue,
+    RowEncoder,
+    _dumps,
+    _field_layout,
+    _flat_fields,
+    _info_json,
+    _json_number,
+    _nested_formats,
+)
+from ulogstream.live.outbox import MqttMessage, valid_topic_level
 from ulogstream.ulog.dtypes import compile_format
 from ulogstream.ulog.events import (
     Corruption,
     DataRows,
     DefinitionsEnd,
     Dropout,
-    FieldDefinition,
     FileHeader,
     FormatDefined,
     Info,
     InfoMultiple,
-    InfoValue,
     LoggedString,
     Parameter,
     Subscription,
@@ -52,342 +60,85 @@ from ulogstream.ulog.events import (
 )
 from ulogstream.ulog.gps_time import GPS_UTC_TOPICS, first_gps_fix
 from ulogstream.ulog.parser import RowSelection
-from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES, log_level_name
+from ulogstream.ulog.spec import log_level_name
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+
 DEFAULT_ROOT = "ulogstream"
 """First level of every topic."""
+
 
 DEFAULT_RATE_HZ = 10.0
 """Default cap per topic instance; 0 means every sample."""
 
-JSON_CONTENT_TYPE = "application/json"
-MSGPACK_CONTENT_TYPE = "application/msgpack"
-RAW_CONTENT_TYPE = "application/octet-stream"
-
-MAX_TOPIC_BYTES = 0xFFFF
-"""Longest topic name MQTT can carry (a two-byte UTF-8 length)."""
-
-# MQTT 3.1.1 section 1.5.3 and 4.7: no U+0000 and no wildcards in a published topic; control
-# characters and non-characters SHOULD NOT appear, and mosquitto drops a client that sends them.
-_UNSAFE_IN_TOPIC = re.compile(
-    "[+#\x00-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]"
-    "|[\U0001fffe-\U0001ffff\U0002fffe-\U0002ffff\U0003fffe-\U0003ffff\U000efffe-\U000effff]"
-    "|[\U000ffffe-\U000fffff\U0010fffe-\U0010ffff]"
-)
 
 StatusValue = str | int | float | bool | None
 """A value in the ``meta/status`` object."""
 
-JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
-
-
-@dataclass(frozen=True, slots=True)
-class MqttMessage:
-    """One message for the broker.
-
-    Attributes:
-        topic: Full topic name.
-        payload: Encoded payload.
-        retain: Ask the broker to keep it for late subscribers.
-        qos: MQTT quality of service (0, 1 or 2).
-        content_type: MQTT v5 content type (ignored on 3.1.1).
-        user_properties: MQTT v5 user properties (ignored on 3.1.1).
-    """
-
-    topic: str
-    payload: bytes
-    retain: bool = False
-    qos: int = 0
-    content_type: str | None = None
-    user_properties: tuple[tuple[str, str], ...] = ()
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PublishSettings:
-    """What to publish and how often.
+class TopicChoice:
+    """Which topics a policy publishes, how often and how (its ``[mqtt]`` keys, as given).
 
     Attributes:
-        vehicle_id: Second topic level, e.g. the hostname (see :func:`default_vehicle_id`).
-        root: First topic level.
-        rate_hz: Default cap per topic instance in messages per second; 0 = every sample.
-        topic_rates: Caps per topic name or glob pattern (exact names win, then the first
-            matching pattern); 0 = every sample.
-        include: Glob patterns of topic names to publish.
+        vehicle_id: Second topic level (filled in by the recorder's identity).
+        root: First topic level (``mqtt.root``).
+        default_rate_hz: Cap per topic instance in messages per second; 0 = every sample.
+        rates: Caps per topic name or glob pattern (exact names win, then the first matching
+            pattern); 0 = every sample.
+        include: Glob patterns of topic names to publish (empty: all).
         exclude: Glob patterns of topic names never to publish (wins over ``include``).
-        encode_json: Publish samples under ``json/``.
-        encode_msgpack: Publish the same objects as MessagePack under ``msgpack/``.
-        encode_raw: Publish the raw ``D`` payloads under ``ulog/``.
+        encodings: ``json`` (samples under ``json/``), ``msgpack`` (the same objects under
+            ``msgpack/``), ``ulog`` (raw ``D`` payloads under ``ulog/``).
         qos: Quality of service of sample messages (retained ones use it too).
-        status_interval: Least seconds between status updates caused by counters, and between
-            two ``meta/info`` updates after the definitions (info messages logged mid-log).
         param_topics: Also publish each parameter as a retained ``param/NAME`` (the ``params``
             object is always published); a fleet on one broker may turn them off.
+        status_interval_s: Least seconds between status updates caused by counters, and
+            between two ``meta/info`` updates after the definitions.
     """
 
     vehicle_id: str
     root: str = DEFAULT_ROOT
-    rate_hz: float = DEFAULT_RATE_HZ
-    topic_rates: Mapping[str, float] = field(default_factory=dict)
-    include: tuple[str, ...] = ("*",)
+    default_rate_hz: float = DEFAULT_RATE_HZ
+    rates: Mapping[str, float] = field(default_factory=dict)
+    include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    encode_json: bool = True
-    encode_msgpack: bool = False
-    encode_raw: bool = False
+    encodings: tuple[str, ...] = ("json",)
     qos: int = 0
-    status_interval: float = 1.0
     param_topics: bool = True
-
-    def __post_init__(self) -> None:
-        """Reject settings that would build invalid topics or rates."""
-        # The root may have levels of its own (config.MqttSettings allows "site/fleet").
-        if not all(valid_topic_level(level) for level in self.root.split("/")):
-            msg = f"MQTT root {self.root!r} must be non-empty levels without '+', '#' or NUL"
-            raise ConfigError(msg)
-        if not valid_topic_level(self.vehicle_id):
-            msg = (
-                f"MQTT vehicle_id {self.vehicle_id!r} must be non-empty without '/', '+', '#' "
-                "or NUL"
-            )
-            raise ConfigError(msg)
-        rates = {"rate_hz": self.rate_hz, **self.topic_rates}
-        for name, rate in rates.items():
-            if not (rate >= 0 and math.isfinite(rate)):
-                msg = f"MQTT rate for {name!r} must be a finite number >= 0, not {rate!r}"
-                raise ConfigError(msg)
-        if self.qos not in {0, 1, 2}:
-            msg = f"MQTT qos must be 0, 1 or 2, not {self.qos!r}"
-            raise ConfigError(msg)
+    status_interval_s: float = 1.0
 
     def rate_for(self, topic: str) -> float:
         """The cap in Hz for ``topic`` (0 = every sample)."""
-        if topic in self.topic_rates:
-            return self.topic_rates[topic]
-        for pattern, rate in self.topic_rates.items():
+        if topic in self.rates:
+            return self.rates[topic]
+        for pattern, rate in self.rates.items():
             if fnmatch.fnmatchcase(topic, pattern):
                 return rate
-        return self.rate_hz
+        return self.default_rate_hz
 
     def publishes(self, topic: str) -> bool:
         """Whether ``topic`` passes the include and exclude patterns."""
-        return any(fnmatch.fnmatchcase(topic, p) for p in self.include) and not any(
-            fnmatch.fnmatchcase(topic, p) for p in self.exclude
-        )
+        included = not self.include or any(fnmatch.fnmatchcase(topic, p) for p in self.include)
+        return included and not any(fnmatch.fnmatchcase(topic, p) for p in self.exclude)
 
 
-def chooses_alike(a: PublishSettings, b: PublishSettings, name: str) -> bool:
-    """Whether policies with settings ``a`` and ``b`` choose the same JSON samples of ``name``.
+def chooses_alike(a: TopicChoice, b: TopicChoice, name: str) -> bool:
+    """Whether policies choosing ``a`` and ``b`` choose the same JSON samples of ``name``.
 
     Both publish the topic as JSON at the same rate cap: fed the same events at the same times,
     they hold, conflate and publish the same rows (the rate cap's state depends on nothing
     else), so one of them can choose and encode the samples for both.
     """
     return (
-        a.encode_json
-        and b.encode_json
+        "json" in a.encodings
+        and "json" in b.encodings
         and a.publishes(name)
         and b.publishes(name)
         and a.rate_for(name) == b.rate_for(name)
     )
-
-
-def valid_topic(topic: str) -> bool:
-    """Whether a broker takes ``topic`` as the name of a published message.
-
-    Not empty, no wildcard, no NUL or other control character, no surrogate or non-character,
-    and at most :data:`MAX_TOPIC_BYTES` in UTF-8.
-    """
-    if not topic or _UNSAFE_IN_TOPIC.search(topic) is not None:
-        return False
-    return len(topic.encode()) <= MAX_TOPIC_BYTES
-
-
-def valid_topic_level(level: str) -> bool:
-    """Whether ``level`` can be one level of our topics: a :func:`valid_topic` without ``/``.
-
-    A name with ``/`` would add levels (and an empty name an empty level), breaking the fixed
-    depth that ``+`` subscriptions and Telegraf's topic parsing rely on.
-    """
-    return "/" not in level and valid_topic(level)
-
-
-def default_vehicle_id() -> str:
-    """This host's name made safe as one topic level (the default vehicle id)."""
-    name = re.sub(r"[/+#\x00\s]", "_", socket.gethostname())
-    return name or "vehicle"
-
-
-class _RowEncoder:
-    """Builds flat JSON and MessagePack objects for rows of one structured dtype.
-
-    Numeric fields of one dtype are gathered from the raw bytes with a single fancy index and
-    formatted by numpy per batch (float32 in its shortest round-trip form, like ``repr``).
-    """
-
-    def __init__(self, dtype: np.dtype[np.void]) -> None:
-        layout = _field_layout(dtype)
-        self.itemsize = dtype.itemsize
-        self.keys = self.keys_of(dtype)
-        # (kind, gather dtype) -> (byte index into a row, output columns); kind: f, i or b
-        groups: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
-        self.char_fields: list[tuple[str, int]] = []
-        for column, name in enumerate(self.keys):
-            dtype_str, offset, size = layout[name]
-            kind = np.dtype(dtype_str).kind
-            if kind == "S":
-                self.char_fields.append((name, column))
-                continue
-            key = ("b", "|u1") if kind == "b" else ("f" if kind == "f" else "i", dtype_str)
-            index, columns = groups.setdefault(key, ([], []))
-            index.extend(range(offset, offset + size))
-            columns.append(column)
-        self.groups = [
-            (kind, np.dtype(gdt), np.array(index, dtype=np.intp), np.array(columns, dtype=np.intp))
-            for (kind, gdt), (index, columns) in groups.items()
-        ]
-        key_part = "".join(f",{json.dumps(k).replace('%', '%%')}:%s" for k in self.keys)
-        self.template = '{"t":%s,"timestamp":%d' + key_part + "}"
-
-    @staticmethod
-    def keys_of(dtype: np.dtype[np.void]) -> list[str]:
-        """The keys of a row's object after ``t`` and ``timestamp``, in payload order."""
-        return [name for name in _field_layout(dtype) if name != TIMESTAMP_FIELD]
-
-    def columns(self, rows: npt.NDArray[np.void]) -> list[list[object]]:
-        """Each row's values in key order, formatted as JSON text (numbers, null, strings)."""
-        count = len(rows)
-        table = np.empty((count, len(self.keys)), dtype=object)
-        raw = np.ascontiguousarray(rows).view(np.uint8).reshape(count, self.itemsize)
-        for kind, gather_dtype, index, columns in self.groups:
-            values = raw.take(index, axis=1).view(gather_dtype)
-            if kind == "f":
-                text = values.astype(str)
-                bad = ~np.isfinite(values)
-                if bad.any():
-                    text[bad] = "null"
-                table[:, columns] = text
-            elif kind == "b":
-                table[:, columns] = np.where(values != 0, "true", "false")
-            else:
-                table[:, columns] = values
-        for name, column in self.char_fields:
-            table[:, column] = [json.dumps(_cut_at_nul(v)) for v in rows[name].tolist()]
-        rows_out: list[list[object]] = table.tolist()
-        return rows_out
-
-    def json_payloads(
-        self, rows: npt.NDArray[np.void], stamps: list[int], times: list[str]
-    ) -> list[bytes]:
-        """One flat JSON object per row."""
-        template = self.template
-        return [
-            (template % (t, stamp, *values)).encode()
-            for t, stamp, values in zip(times, stamps, self.columns(rows), strict=True)
-        ]
-
-    def msgpack_payloads(
-        self, rows: npt.NDArray[np.void], stamps: list[int], times: list[float | None]
-    ) -> list[bytes]:
-        """The same objects as MessagePack (NaN/Inf as nil, char arrays as strings)."""
-        keys = self.keys
-        payloads: list[bytes] = []
-        for t, stamp, row in zip(times, stamps, rows[keys].tolist(), strict=True):
-            obj: dict[str, object] = {"t": t, "timestamp": stamp}
-            for key, value in zip(keys, row, strict=True):
-                obj[key] = _plain_value(value)
-            packed: bytes = msgpack.packb(obj)
-            payloads.append(packed)
-        return payloads
-
-
-_JSON_TYPES: dict[str, JsonValue] = {
-    "f": ["number", "null"],  # NaN and Inf are null
-    "b": "boolean",
-    "S": "string",  # char[N], cut at the first NUL
-}
-
-
-def row_json_schema(name: str, dtype: np.dtype[np.void]) -> dict[str, JsonValue]:
-    """A JSON Schema of the JSON sample objects :class:`_RowEncoder` builds for ``dtype``.
-
-    The same keys in the same order: ``t`` (wall-clock seconds), ``timestamp`` (vehicle time in
-    microseconds), then every field as pyulog flattens it (``q[0]``, ``nested.sub``).
-    """
-    properties: dict[str, JsonValue] = {
-        "t": {"type": "number", "description": "wall-clock time of the sample, epoch seconds"},
-        TIMESTAMP_FIELD: {"type": "integer", "description": "vehicle time, microseconds"},
-    }
-    layout = _field_layout(dtype)
-    for key in _RowEncoder.keys_of(dtype):
-        kind = np.dtype(layout[key][0]).kind
-        properties[key] = {"type": _JSON_TYPES.get(kind, "integer")}
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": name,
-        "type": "object",
-        "properties": properties,
-        "required": list(properties),
-    }
-
-
-def json_sample_time(payload: bytes) -> float:
-    """The ``t`` of a JSON sample payload of :class:`_RowEncoder` (its first key), unparsed.
-
-    Raises:
-        ValueError: ``payload`` is not such a sample.
-    """
-    if not payload.startswith(b'{"t":'):
-        msg = "not a JSON sample payload"
-        raise ValueError(msg)
-    return float(payload[5 : payload.index(b",", 5)])
-
-
-def _field_layout(dtype: np.dtype[np.void]) -> dict[str, tuple[str, int, int]]:
-    """Each field of a structured dtype: ``name -> (dtype string, offset, itemsize)``."""
-    fields = dtype.fields
-    if fields is None:
-        return {}
-    return {name: (spec[0].str, spec[1], spec[0].itemsize) for name, spec in fields.items()}
-
-
-def _cut_at_nul(value: object) -> str:
-    if isinstance(value, bytes):
-        return value.split(b"\0", 1)[0].decode("utf-8", "replace")
-    return str(value)
-
-
-def _plain_value(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, bytes):
-        return _cut_at_nul(value)
-    return value
-
-
-def _json_number(value: float) -> str:
-    """A parameter or info number as JSON: float32-exact values in their shortest form."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if not math.isfinite(value):
-        return "null"
-    single = np.float32(value)
-    if float(single) == value:
-        return str(single)
-    return repr(value)
-
-
-def _info_json(value: InfoValue) -> JsonValue:
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, tuple):
-        return [_info_json(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 @dataclass(slots=True)
@@ -396,7 +147,7 @@ class _Instance:
 
     name: str
     multi_id: int
-    encoder: _RowEncoder
+    encoder: RowEncoder
     period: float
     json_topic: str
     msgpack_topic: str
@@ -408,54 +159,6 @@ class _Instance:
     held_deadline: float = math.inf
 
 
-def _format_string(fmt: FormatDefined) -> str:
-    parts = "".join(
-        f"{f.type_name}{'' if f.array_length is None else f'[{f.array_length}]'} {f.name};"
-        for f in fmt.fields
-    )
-    return f"{fmt.name}:{parts}"
-
-
-def _flat_fields(
-    name: str, formats: Mapping[str, FormatDefined], prefix: str = "", depth: int = 0
-) -> list[list[str]]:
-    """``[flat name, type]`` pairs as pyulog names them; unknown nested types are kept whole."""
-    fmt = formats.get(name)
-    if fmt is None or depth > len(formats):
-        return []
-    out: list[list[str]] = []
-    for f in fmt.fields:
-        if f.name.startswith(PADDING_PREFIX):
-            continue
-        out.extend(_flat_field(f, formats, prefix, depth))
-    return out
-
-
-def _flat_field(
-    f: FieldDefinition, formats: Mapping[str, FormatDefined], prefix: str, depth: int
-) -> list[list[str]]:
-    base = f"{prefix}{f.name}"
-    if f.type_name == "char" and f.array_length is not None:
-        return [[base, f"char[{f.array_length}]"]]
-    names = [base] if f.array_length is None else [f"{base}[{i}]" for i in range(f.array_length)]
-    if f.type_name in TYPE_SIZES or f.type_name not in formats:
-        return [[n, f.type_name] for n in names]
-    return [sub for n in names for sub in _flat_fields(f.type_name, formats, f"{n}.", depth + 1)]
-
-
-def _nested_formats(
-    name: str, formats: Mapping[str, FormatDefined], seen: dict[str, str]
-) -> dict[str, str]:
-    fmt = formats.get(name)
-    if fmt is None or name in seen:
-        return seen
-    seen[name] = _format_string(fmt)
-    for f in fmt.fields:
-        if f.type_name not in TYPE_SIZES:
-            _nested_formats(f.type_name, formats, seen)
-    return seen
-
-
 class PublishPolicy:
     """Decides which MQTT messages parser events become, and when (pure; time is an input).
 
@@ -463,16 +166,40 @@ class PublishPolicy:
     :meth:`select`, and call :meth:`flush_due` at :meth:`next_deadline` to publish held samples
     and pending status updates.
 
-    Args:
-        settings: Topics, encodings and rates.
+    The arguments are the ``[mqtt]`` keys of :class:`TopicChoice` (checked by the
+    configuration, not again here).
     """
 
-    def __init__(self, settings: PublishSettings) -> None:
-        self.settings = settings
+    def __init__(
+        self,
+        *,
+        vehicle_id: str,
+        root: str = DEFAULT_ROOT,
+        default_rate_hz: float = DEFAULT_RATE_HZ,
+        rates: Mapping[str, float] | None = None,
+        include: tuple[str, ...] = (),
+        exclude: tuple[str, ...] = (),
+        encodings: tuple[str, ...] = ("json",),
+        qos: int = 0,
+        param_topics: bool = True,
+        status_interval_s: float = 1.0,
+    ) -> None:
+        self.settings = settings = TopicChoice(
+            vehicle_id=vehicle_id,
+            root=root,
+            default_rate_hz=default_rate_hz,
+            rates=dict(rates or {}),
+            include=include,
+            exclude=exclude,
+            encodings=encodings,
+            qos=qos,
+            param_topics=param_topics,
+            status_interval_s=status_interval_s,
+        )
         self._base = f"{settings.root}/{settings.vehicle_id}"
         self.status_topic = f"{self._base}/meta/status"
         """Topic of the retained status object (and of the Last Will)."""
-        self._encoders: dict[tuple[str, np.dtype[np.void]], _RowEncoder] = {}
+        self._encoders: dict[tuple[str, np.dtype[np.void]], RowEncoder] = {}
         self._status: dict[str, StatusValue] = {
             "online": True,
             "state": "waiting",
@@ -657,11 +384,11 @@ class PublishPolicy:
         if self._params_dirty:
             self._params_dirty = False
             out.append(self._params_message())
-        if self._info_dirty and now >= self._info_sent_at + self.settings.status_interval:
+        if self._info_dirty and now >= self._info_sent_at + self.settings.status_interval_s:
             self._info_dirty = False
             self._info_sent_at = now
             out.append(self._info_message())
-        if self._status_dirty and now >= self._status_sent_at + self.settings.status_interval:
+        if self._status_dirty and now >= self._status_sent_at + self.settings.status_interval_s:
             out.append(self._status_message(now))
         return out
 
@@ -671,11 +398,11 @@ class PublishPolicy:
         if self._heap:
             deadlines.append(self._heap[0][0])
         if self._status_dirty:
-            deadlines.append(self._status_sent_at + self.settings.status_interval)
+            deadlines.append(self._status_sent_at + self.settings.status_interval_s)
         if self._params_dirty:
             deadlines.append(-math.inf)
         if self._info_dirty:
-            deadlines.append(self._info_sent_at + self.settings.status_interval)
+            deadlines.append(self._info_sent_at + self.settings.status_interval_s)
         return min(deadlines) if deadlines else None
 
     # -- data --------------------------------------------------------------------------------
@@ -695,7 +422,7 @@ class PublishPolicy:
         key = (sub.name, sub.dtype)
         encoder = self._encoders.get(key)
         if encoder is None:
-            encoder = self._encoders[key] = _RowEncoder(sub.dtype)
+            encoder = self._encoders[key] = RowEncoder(sub.dtype)
         rate = settings.rate_for(sub.name)
         suffix = f"{sub.name}/{sub.multi_id}"
         self._instances[sub.msg_id] = _Instance(
@@ -779,7 +506,7 @@ class PublishPolicy:
         settings = self.settings
         qos = settings.qos
         out: list[MqttMessage] = []
-        if settings.encode_json:
+        if "json" in settings.encodings:
             payloads = self._reused_json(event, index, base)
             if payloads is None:
                 times = [f"{base + s / 1e6:.6f}" for s in stamps]
@@ -789,14 +516,14 @@ class PublishPolicy:
             out.extend(
                 MqttMessage(topic, p, qos=qos, content_type=JSON_CONTENT_TYPE) for p in payloads
             )
-        if settings.encode_msgpack:
+        if "msgpack" in settings.encodings:
             ftimes: list[float | None] = [round(base + s / 1e6, 6) for s in stamps]
             topic = inst.msgpack_topic
             out.extend(
                 MqttMessage(topic, p, qos=qos, content_type=MSGPACK_CONTENT_TYPE)
                 for p in inst.encoder.msgpack_payloads(rows, stamps, ftimes)
             )
-        if settings.encode_raw:
+        if "ulog" in settings.encodings:
             data = np.ascontiguousarray(rows).tobytes()
             size, kept = inst.encoder.itemsize, inst.raw_size
             topic, props = inst.raw_topic, inst.raw_properties
@@ -976,7 +703,3 @@ class PublishPolicy:
         return MqttMessage(
             self.log_topic, _dumps(obj), qos=self.settings.qos, content_type=JSON_CONTENT_TYPE
         )
-
-
-def _dumps(obj: Mapping[str, object]) -> bytes:
-    return json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()

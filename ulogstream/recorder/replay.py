@@ -16,9 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from ulogstream.adapters.mqtt_sink import MqttSink, MqttSinkSettings
 from ulogstream.errors import ConfigError
-from ulogstream.publish import PublishPolicy, PublishSettings
 from ulogstream.ulog.events import DataRows, FileHeader, LoggedString, ULogEvent
 from ulogstream.ulog.parser import ULogParser
 
@@ -26,7 +24,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-    from ulogstream.publish import MqttMessage
+    from ulogstream.live.outbox import MqttMessage
+    from ulogstream.live.policy import PublishPolicy
+    from ulogstream.recorder.decoding import Publisher
 
 CHUNK_SIZE = 249
 """Bytes fed to the parser at a time: the payload of one MAVLink LOGGING_DATA packet."""
@@ -45,7 +45,7 @@ HIGH_WATER = 2000
 
 
 class ReplaySink(Protocol):
-    """Where replayed messages go (:class:`MqttSink` or a test's collector)."""
+    """Where replayed messages go (the MQTT sink, or a test's collector)."""
 
     @property
     def pending(self) -> int:
@@ -195,8 +195,7 @@ async def replay(
 async def replay_to_mqtt(
     path: Path,
     *,
-    mqtt: MqttSinkSettings,
-    publish: PublishSettings,
+    publisher: Publisher,
     speed: float | None = 1.0,
     drain_timeout: float = 10.0,
     connect_limit: float | None = None,
@@ -209,8 +208,8 @@ async def replay_to_mqtt(
 
     Args:
         path: A .ulg file.
-        mqtt: Broker address, TLS and credentials.
-        publish: Topics, encodings and rates.
+        publisher: The policy and the MQTT sink (see
+            :func:`~ulogstream.recorder.wiring.replay_publisher`).
         speed: Multiple of the log's pace, or None for as fast as the broker takes it.
         drain_timeout: Seconds to wait at the end for unsent messages.
         connect_limit: Seconds to wait for a first connection (None: :data:`CONNECT_LIMIT_S`):
@@ -223,8 +222,7 @@ async def replay_to_mqtt(
         OSError: The file cannot be read.
         ULogFormatError: The file is not a readable ULog.
     """
-    policy = PublishPolicy(publish)
-    sink = MqttSink(mqtt, will=policy.last_will())
+    policy, sink = publisher.policy, publisher.sink
     limit = CONNECT_LIMIT_S if connect_limit is None else connect_limit
     runner = asyncio.create_task(sink.run())
     replaying = asyncio.create_task(

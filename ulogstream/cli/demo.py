@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import socket
 import sys
 import tempfile
@@ -20,17 +19,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ulogstream.adapters.ulog_file import read
-from ulogstream.config import (
+from ulogstream.cli.terminal import error_words, fit_line, terminal_width
+from ulogstream.config.sections import (
     FoxgloveSettings,
     LinkSettings,
     MqttSettings,
     RecordingSettings,
-    SettingError,
     Settings,
-    parse_listen,
 )
-from ulogstream.daemon import Recorder, RecorderStatus, fit_line, terminal_width
+from ulogstream.config.values import SettingError, parse_listen
 from ulogstream.errors import ConfigError
+from ulogstream.recorder.recorder import Recorder
+from ulogstream.recorder.wiring import recorder_parts
 from ulogstream.sim import USB_LINK_RATE
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.flightlog import generate_flight_log
@@ -38,6 +38,7 @@ from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import VehicleConfig
 
 if TYPE_CHECKING:
+    from ulogstream.recorder.status import RecorderStatus
     from ulogstream.sim.runner import SimSummary
 
 VIEW_INTERVAL_S = 0.5
@@ -136,7 +137,7 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
                 listen=options.foxglove_listen or FoxgloveSettings().listen,
             ),
         )
-        recorder = Recorder(settings, once=True)
+        recorder = Recorder(recorder_parts(settings, once=True), once=True)
         recorder_task = asyncio.create_task(recorder.run())
         sim_stop = asyncio.Event()
         sim_task = asyncio.create_task(
@@ -239,11 +240,6 @@ def _redraw(view: TextIO, lines: list[str], drawn: int) -> int:
     view.write("\x1b[J")
     view.flush()
     return len(lines)
-
-
-def error_words(text: str) -> str:
-    """An error text without its ``[Errno N]`` prefix: ``[Errno 111] Connection refused``."""
-    return re.sub(r"\[Errno -?\d+\]\s*", "", text)
 
 
 def summary_lines(result: DemoResult, options: DemoOptions) -> list[str]:

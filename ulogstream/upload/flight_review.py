@@ -38,8 +38,8 @@ from ulogstream.errors import LinkError, UploadRejectedError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ulogstream.adapters.upload import FinishedLogInfo
-    from ulogstream.config import FlightReviewSettings
+    from ulogstream.config.sections import FlightReviewSettings
+    from ulogstream.upload.info import FinishedLogInfo
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@
    :class:`FinishedLogInfo` handed to ``announce`` (the daemon publishes it on MQTT);
 2. upload (only with a target, see :func:`make_target`): an :class:`UploadTarget` uploads the
    log: :class:`CommandTarget` runs ``upload.command``, the Flight Review targets
-   (:mod:`ulogstream.adapters.flight_review`) post it. A failed attempt is retried with a
+   (:mod:`ulogstream.upload.flight_review`) post it. A failed attempt is retried with a
    doubling backoff, ``attempts`` times in all, except a refusal
    (:class:`~ulogstream.errors.UploadRejectedError`). Each outcome is one log line and a
    counter (:attr:`LogShipper.uploaded`, :attr:`LogShipper.failed`, :attr:`LogShipper.skipped`).
@@ -24,80 +24,32 @@ and a ``.part`` offered or found in the journal is refused.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
-import json
 import logging
-import os
-import re
-import signal
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from ulogstream.config import SettingError, UploadSettings, upload_command
-from ulogstream.errors import ConfigError, LinkError, ULogFormatError, UploadRejectedError
-from ulogstream.ulog.events import DefinitionsEnd, Info
-from ulogstream.ulog.parser import ULogParser, no_rows
+from ulogstream.errors import UploadRejectedError
+from ulogstream.upload.info import FinishedLogInfo, describe
+from ulogstream.upload.journal import PendingUpload, UploadJournal
+from ulogstream.upload.targets import UploadTarget, make_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
+    from pathlib import Path
+
+    from ulogstream.config.sections import UploadSettings
+
 
 logger = logging.getLogger(__name__)
+
 
 MAX_BACKOFF_S = 600.0
 """Longest wait between two runs of the upload command for one log."""
 
+
 DESCRIBE_QUEUE = 1000
 """Finished logs waiting for their checksum; more are announced without one."""
-
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_TIME = re.compile(r"^(\d{2})_(\d{2})_(\d{2})")
-_HASH_CHUNK = 1 << 20
-_HEADER_CHUNK = 1 << 16
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FinishedLogInfo:
-    """What is announced about one finished log (``meta/log_finished``).
-
-    Attributes:
-        path: The ``.ulg`` file.
-        size: Bytes in it.
-        sha256: Its SHA-256 in hex (None when it could not be read).
-        sys_uuid: The autopilot's ``sys_uuid`` from the log's information (None: not in it).
-        start_time: UTC start of the log from its file name, ISO 8601 (None if not named so).
-        date: The UTC date of the log, ``YYYY-MM-DD`` (the ``{date}`` placeholder).
-        vehicle: The vehicle id it was recorded for.
-        complete: Whether the log ended with the vehicle's end of stream.
-        how: How it ended, in words.
-    """
-
-    path: Path
-    size: int
-    sha256: str | None
-    sys_uuid: str | None
-    start_time: str | None
-    date: str
-    vehicle: str
-    complete: bool
-    how: str
-
-    def as_json(self) -> dict[str, str | int | bool | None]:
-        """The announcement's JSON object."""
-        return {
-            "path": str(self.path),
-            "name": self.path.name,
-            "size": self.size,
-            "sha256": self.sha256,
-            "sys_uuid": self.sys_uuid,
-            "start_time": self.start_time,
-            "vehicle": self.vehicle,
-            "complete": self.complete,
-            "how": self.how,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,379 +59,11 @@ class _Finished:
     vehicle: str
     how: str
     announce: Callable[[FinishedLogInfo], None] | None
-    sys_uuid_file: Path | None
-
-
-def read_sys_uuid(path: Path) -> str | None:
-    """The ``sys_uuid`` information of the ULog file at ``path`` (blocking; reads its header).
-
-    Returns:
-        The value as text, or None when the header has none or cannot be read.
-    """
-    parser = ULogParser(rows=no_rows)  # the header only: no row decoded, numpy not loaded
-    try:
-        with path.open("rb") as file:
-            while chunk := file.read(_HEADER_CHUNK):
-                for event in parser.receive_bytes(chunk):
-                    if type(event) is Info and event.key == "sys_uuid":
-                        value = event.value
-                        text = value.hex() if isinstance(value, bytes) else str(value)
-                        return text.strip("\x00 ") or None
-                    if type(event) is DefinitionsEnd:
-                        return None
-    except (OSError, ULogFormatError):
-        return None
-    return None
-
-
-def remember_sys_uuid(state: Path, sys_uuid: str) -> bool:
-    """Write ``sys_uuid`` to ``state`` unless it holds it already (blocking).
-
-    Returns:
-        Whether the file changed.
-    """
-    with contextlib.suppress(OSError):
-        if state.read_text(encoding="utf-8").strip() == sys_uuid:
-            return False
-    try:
-        state.parent.mkdir(parents=True, exist_ok=True)
-        temporary = state.with_name(state.name + ".tmp")
-        temporary.write_text(sys_uuid + "\n", encoding="utf-8")
-        temporary.replace(state)
-    except OSError as err:
-        logger.warning("cannot remember the autopilot's sys_uuid in %s: %s", state, err.strerror)
-        return False
-    return True
-
-
-def recalled_sys_uuid(state: Path) -> str | None:
-    """The ``sys_uuid`` :func:`remember_sys_uuid` wrote to ``state`` (None: none yet)."""
-    try:
-        return state.read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
-
-
-def sha256_of(path: Path) -> str:
-    """The SHA-256 of the file at ``path`` in hex (blocking: call it in a thread)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def describe(
-    path: Path, size: int, *, vehicle: str, how: str, sys_uuid_file: Path | None = None
-) -> FinishedLogInfo:
-    """Describe a finished log (blocking: reads the whole file for the checksum).
-
-    With ``sys_uuid_file``, the log's ``sys_uuid`` is remembered there for the next start.
-    """
-    try:
-        sha256: str | None = sha256_of(path)
-    except OSError as err:
-        logger.warning("cannot read %s for its checksum: %s", path, err.strerror)
-        sha256 = None
-    date = path.parent.name
-    start_time = None
-    clock = _TIME.match(path.stem)
-    if _DATE.match(date) and clock is not None:
-        start_time = f"{date}T{clock[1]}:{clock[2]}:{clock[3]}Z"
-    else:
-        with contextlib.suppress(OSError):
-            date = datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%d")
-        if not _DATE.match(date):
-            date = datetime.now(UTC).strftime("%Y-%m-%d")
-    sys_uuid = read_sys_uuid(path)
-    if sys_uuid is not None and sys_uuid_file is not None:
-        remember_sys_uuid(sys_uuid_file, sys_uuid)
-    return FinishedLogInfo(
-        path=path,
-        size=size,
-        sha256=sha256,
-        sys_uuid=sys_uuid,
-        start_time=start_time,
-        date=date,
-        vehicle=vehicle,
-        complete=how.startswith("complete"),
-        how=how,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class PendingUpload:
-    """A log waiting for upload and the attempts already made for it (before a restart too)."""
-
-    info: FinishedLogInfo
-    attempts: int = 0
-
-
-class UploadJournal:
-    """The upload queue on disk: one small JSON file per waiting log, so it survives reboots.
-
-    Each entry is written atomically (a temporary file, fsync, rename, fsync of the folder) and
-    removed when its log is uploaded or given up. Every method blocks: call them in a thread
-    (or at start-up, before the event loop's work begins).
-
-    Args:
-        folder: Where the entries are kept (created when the first one is written).
-    """
-
-    VERSION = 1
-    """The entries' format (``"version"`` in each)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def entry(self, info: FinishedLogInfo) -> Path:
-        """The entry of the log ``info`` (named after its path: one entry per log)."""
-        key = hashlib.sha256(str(info.path).encode()).hexdigest()[:24]
-        return self.folder / f"{key}.json"
-
-    def write(self, pending: PendingUpload) -> None:
-        """Write (or rewrite) the entry of ``pending``.
-
-        Raises:
-            OSError: It could not be written (the log is still uploaded, but not after a restart).
-        """
-        info = pending.info
-        record = {
-            "version": self.VERSION,
-            "attempts": pending.attempts,
-            "queued": datetime.now(UTC).isoformat(timespec="seconds"),
-            **info.as_json(),
-            "date": info.date,
-        }
-        entry = self.entry(info)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        temporary = entry.with_suffix(".tmp")
-        with temporary.open("w", encoding="utf-8") as file:
-            json.dump(record, file)
-            file.flush()
-            os.fsync(file.fileno())
-        temporary.replace(entry)
-        _sync_folder(self.folder)
-
-    def remove(self, info: FinishedLogInfo) -> None:
-        """Remove the entry of ``info`` (uploaded or given up); a missing one is fine."""
-        with contextlib.suppress(FileNotFoundError):
-            self.entry(info).unlink()
-            _sync_folder(self.folder)
-
-    def pending(self) -> list[PendingUpload]:
-        """Every readable entry, oldest first; unreadable ones are logged and removed."""
-        try:
-            names = sorted(self.folder.iterdir())
-        except FileNotFoundError:
-            return []
-        except OSError as err:
-            logger.warning("cannot read the upload queue %s: %s", self.folder, err.strerror)
-            return []
-        found: list[tuple[str, PendingUpload]] = []
-        for path in names:
-            if path.suffix == ".tmp":  # a write cut short (power loss): never renamed, so void
-                path.unlink(missing_ok=True)
-                continue
-            if path.suffix != ".json":
-                continue
-            try:
-                record = json.loads(path.read_text(encoding="utf-8"))
-                found.append((str(record["queued"]), _pending_from(record)))
-            except (OSError, ValueError, KeyError, TypeError) as err:
-                logger.warning(
-                    "upload queue entry %s cannot be read (%s): removed; its log is not uploaded",
-                    path,
-                    err,
-                )
-                path.unlink(missing_ok=True)
-        found.sort(key=lambda item: item[0])
-        return [pending for _, pending in found]
-
-
-def _pending_from(record: dict[str, object]) -> PendingUpload:
-    """The :class:`PendingUpload` of a journal entry's JSON object.
-
-    Raises:
-        KeyError: A field is missing.
-        TypeError: A field has the wrong type.
-    """
-
-    def text(name: str) -> str:
-        value = record[name]
-        if not isinstance(value, str):
-            raise TypeError(name)
-        return value
-
-    def optional(name: str) -> str | None:
-        return None if record.get(name) is None else text(name)
-
-    size, attempts = record["size"], record["attempts"]
-    if not isinstance(size, int) or not isinstance(attempts, int):
-        raise TypeError("size")  # noqa: EM101 (never shown alone: the entry's path is)
-    info = FinishedLogInfo(
-        path=Path(text("path")),
-        size=size,
-        sha256=optional("sha256"),
-        sys_uuid=optional("sys_uuid"),
-        start_time=optional("start_time"),
-        date=text("date"),
-        vehicle=text("vehicle"),
-        complete=record.get("complete") is True,
-        how=text("how"),
-    )
-    return PendingUpload(info, attempts)
-
-
-def _sync_folder(folder: Path) -> None:
-    """Flush ``folder`` to disk (fsync), so a rename or unlink in it survives a power loss."""
-    with contextlib.suppress(OSError):
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-
-
-class UploadTarget(Protocol):
-    """Where finished logs go: one :meth:`upload` per log, retried by :class:`LogShipper`.
-
-    Attributes:
-        name: What the log lines call it (``"rclone"``, ``"Flight Review https://..."``).
-    """
-
-    name: str
-
-    async def upload(self, info: FinishedLogInfo) -> str:
-        """Upload the log ``info`` describes; it may be cancelled at any await.
-
-        Returns:
-            Where the log went: a URL or an object key (shown in the log line).
-
-        Raises:
-            UploadRejectedError: The remote refused the log for good (retrying cannot help).
-            Exception: Anything else (OSError, LinkError, TimeoutError, ...): retried with
-                backoff.
-        """
-        ...
-
-
-def make_target(
-    settings: UploadSettings, *, withheld_env: Collection[str] = ()
-) -> UploadTarget | None:
-    """The target ``upload.target`` names, or None when logs are not uploaded.
-
-    Args:
-        settings: The ``[upload]`` settings.
-        withheld_env: Environment variables an upload command must not see (our secrets).
-
-    Raises:
-        ConfigError: Its settings cannot be used.
-    """
-    match settings.target:
-        case "command":
-            if settings.command is None:
-                return None
-            return CommandTarget(settings, withheld_env=withheld_env)
-        case "flight_review":
-            # Each target's code is loaded only by those who upload there.
-            from ulogstream.adapters.flight_review import FlightReviewTarget  # noqa: PLC0415
-
-            return FlightReviewTarget(settings.flight_review, timeout_s=settings.timeout_s)
-        case "s3":
-            from ulogstream.adapters.s3_upload import S3Target  # noqa: PLC0415
-
-            return S3Target(settings.s3)
+    on_described: Callable[[FinishedLogInfo], None] | None
 
 
 def _remove_entry(journal: UploadJournal, pending: PendingUpload) -> None:
     journal.remove(pending.info)
-
-
-async def _kill(process: asyncio.subprocess.Process) -> None:
-    """Kill ``process`` and everything it started (its process group), then reap it."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    await process.wait()
-
-
-class CommandTarget:
-    """Uploads with ``upload.command``: a program run without a shell, placeholders filled in.
-
-    The command gets this process's environment without ``withheld_env``: the secrets of other
-    parts (the MQTT password from ``mqtt.password_env``) are not an upload tool's business.
-
-    Args:
-        settings: The ``[upload]`` settings (``command`` set).
-        withheld_env: Names of environment variables the command does not get.
-
-    Raises:
-        ConfigError: ``settings.command`` cannot be used.
-    """
-
-    def __init__(self, settings: UploadSettings, *, withheld_env: Collection[str] = ()) -> None:
-        if settings.command is None:
-            msg = "upload.command is not set; set it or another upload.target"
-            raise ConfigError(msg)
-        try:
-            self._words = upload_command(settings.command)
-        except SettingError as err:
-            raise ConfigError(str(err)) from None
-        self._timeout_s = settings.timeout_s
-        self._withheld_env = frozenset(withheld_env)
-        self.name = Path(self._words[0]).name
-
-    async def upload(self, info: FinishedLogInfo) -> str:
-        """Run the command once for ``info``.
-
-        Returns:
-            The last line the command printed (at most 200 characters), else its name.
-
-        Raises:
-            LinkError: It could not be run or exited with an error.
-            TimeoutError: It outlasted ``upload.timeout_s`` and was killed.
-        """
-        values = {
-            "path": str(info.path),
-            "name": info.path.name,
-            "stem": info.path.stem,
-            "vehicle": info.vehicle,
-            "date": info.date,
-            "sha256": info.sha256 or "",
-        }
-        argv = [word.format_map(values) for word in self._words]
-        environment = {
-            name: value for name, value in os.environ.items() if name not in self._withheld_env
-        }
-        try:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                env=environment,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,  # its own process group: a kill reaches its children
-            )
-        except OSError as err:
-            msg = f"cannot run {argv[0]}: {err.strerror}"
-            raise LinkError(msg) from None
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                output, _ = await process.communicate()
-        except TimeoutError:
-            await _kill(process)
-            msg = f"{argv[0]} took longer than {self._timeout_s:g} s and was killed"
-            raise TimeoutError(msg) from None
-        except BaseException:  # cancelled (stopping): never leave the command running
-            if process.returncode is None:
-                await _kill(process)
-            raise
-        lines = output.decode(errors="replace").strip().splitlines()
-        if process.returncode != 0:
-            said = f": {lines[-1][:200]}" if lines else ""
-            msg = f"{argv[0]} exited with {process.returncode}{said}"
-            raise LinkError(msg)
-        return lines[-1][:200] if lines else self.name
 
 
 class LogShipper:
@@ -639,19 +223,19 @@ class LogShipper:
         vehicle: str,
         how: str,
         announce: Callable[[FinishedLogInfo], None] | None = None,
-        sys_uuid_file: Path | None = None,
+        on_described: Callable[[FinishedLogInfo], None] | None = None,
     ) -> None:
         """Take a finished log without waiting; ``announce`` gets its description.
 
-        With ``sys_uuid_file``, the log's ``sys_uuid`` is remembered there (see
-        :func:`remember_sys_uuid`).
+        ``on_described`` gets its description in a thread, before ``announce`` (the recorder
+        remembers the autopilot's ``sys_uuid`` with it).
         """
         if path.name.endswith(".part"):
             logger.error("%s is still being written: neither announced nor uploaded", path)
             self.skipped += 1
             return
         try:
-            item = _Finished(path, size, vehicle, how, announce, sys_uuid_file)
+            item = _Finished(path, size, vehicle, how, announce, on_described)
             self._describe.put_nowait(item)
         except asyncio.QueueFull:
             logger.warning(
@@ -704,8 +288,9 @@ class LogShipper:
                     item.size,
                     vehicle=item.vehicle,
                     how=item.how,
-                    sys_uuid_file=item.sys_uuid_file,
                 )
+                if item.on_described is not None:
+                    await asyncio.to_thread(item.on_described, info)
                 if item.announce is not None:
                     item.announce(info)
                     self.announced += 1

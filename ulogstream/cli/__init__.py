@@ -1,0 +1,161 @@
+"""The ``ulogstream`` command line: its subcommands, and the one place errors reach the user.
+
+A subcommand is a ``configure(parser)`` (its arguments) and a ``run(args) -> int`` in the module of
+its family (:mod:`~ulogstream.cli.files`, :mod:`~ulogstream.cli.live`), listed in
+:data:`SUBCOMMANDS`. Bad input (a missing file, a file that is not a ULog log, an unwritable
+output) is reported as one ``ulogstream: error: ...`` line on stderr and a non-zero exit status;
+``UlogstreamError`` and ``OSError`` never reach the user as tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from ulogstream import __version__
+from ulogstream.cli.files import (
+    configure_export,
+    configure_info,
+    configure_messages,
+    configure_params,
+    run_export,
+    run_info,
+    run_messages,
+    run_params,
+)
+from ulogstream.cli.live import (
+    configure_demo,
+    configure_record,
+    configure_replay,
+    configure_run,
+    configure_sim,
+    run_demo,
+    run_record,
+    run_replay,
+    run_run,
+    run_sim,
+)
+from ulogstream.cli.terminal import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, PROG, os_error_text
+from ulogstream.errors import UlogstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see '{self.prog} --help')\n")
+
+
+@dataclass(frozen=True, slots=True)
+class Subcommand:
+    """One ``ulogstream NAME`` command.
+
+    Attributes:
+        name: What the user types.
+        help: One line for ``ulogstream --help``.
+        configure: Adds the command's arguments to its parser.
+        run: Carries the command out; returns the exit status.
+    """
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+SUBCOMMANDS: list[Subcommand] = [
+    Subcommand("info", "show an overview of a ULog file", configure_info, run_info),
+    Subcommand(
+        "messages", "show the logged strings of a ULog file", configure_messages, run_messages
+    ),
+    Subcommand("params", "show the parameters of a ULog file", configure_params, run_params),
+    Subcommand(
+        "export", "convert a ULog file to CSV, a ROS bag or MCAP", configure_export, run_export
+    ),
+    Subcommand(
+        "record", "record the logs streamed on a MAVLink link", configure_record, run_record
+    ),
+    Subcommand("run", "run the daemon from a configuration file", configure_run, run_run),
+    Subcommand("sim", "a simulated PX4 that streams a ULog file", configure_sim, run_sim),
+    Subcommand("replay", "publish a recorded log to MQTT as if live", configure_replay, run_replay),
+    Subcommand("demo", "stream, record and decode a simulated flight", configure_demo, run_demo),
+]
+"""Every subcommand, in the order ``--help`` lists them."""
+
+
+def build_parser(
+    subcommands: Sequence[Subcommand] = SUBCOMMANDS, *, only: str | None = None
+) -> argparse.ArgumentParser:
+    """The argument parser with one subparser per entry of ``subcommands``.
+
+    With ``only`` (a subcommand's name), only that subparser gets its arguments; the others are
+    listed by ``--help`` but not set up, so a command does not import what another one needs.
+    """
+    parser = _ArgumentParser(
+        prog=PROG,
+        description="Live ULog receiver and recorder for PX4, and tools for ULog files.",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks of errors (for bug reports)"
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in subcommands:
+        sub = commands.add_parser(command.name, help=command.help, description=command.help)
+        if only is None or command.name == only:
+            command.configure(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (``sys.argv[1:]`` when None); return the exit status."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    names = {command.name for command in SUBCOMMANDS}
+    chosen = next((word for word in words if not word.startswith("-")), None)
+    parser = build_parser(only=chosen if chosen in names else None)
+    args, extra = parser.parse_known_args(words)
+    if args.command is None:
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        parser.print_help()  # a bare ``ulogstream``: what it can do, rather than an error
+        return 0
+    if extra:
+        # ``export FILE --format rosbag OUT``: argparse cannot take a positional after options.
+        if args.command == "export" and args.output is None and len(extra) == 1:
+            args.output = Path(extra[0])
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "export" and (args.output is None) == (args.out is None):
+        parser.error("export needs one output: OUT (e.g. flight.bag) or --out, not both or neither")
+    run: Callable[[argparse.Namespace], int] = args.run
+    if args.debug:
+        return run(args)
+    try:
+        return run(args)
+    except UlogstreamError as err:
+        return _fail(str(err))
+    except BrokenPipeError:
+        # The reader of our output went away (``| head``): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR
+    except OSError as err:
+        where = f"{err.filename}: " if err.filename is not None else ""
+        return _fail(f"{where}{os_error_text(err)}")
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return EXIT_INTERRUPTED
+
+
+def _fail(message: str) -> int:
+    sys.stdout.flush()
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return EXIT_ERROR

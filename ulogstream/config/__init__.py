@@ -1,0 +1,1 @@
+"""Settings: the sections (named as the TOML keys), their loader, and the parsers of values."""

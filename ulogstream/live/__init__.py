@@ -1,0 +1,1 @@
+"""What leaves the process live, pure: which rows, their payloads, and the outbox."""

@@ -1,0 +1,263 @@
+"""Payloads of decoded rows and log values: flat JSON, MessagePack, JSON schemas (pure).
+
+Every outlet encodes with these: MQTT's samples and the Foxglove view's messages have the same
+keys, named as pyulog and ``ulog2csv`` name them, with NaN as null and float32 values in their
+shortest round-trip form. An encoder is built once per format and encodes a batch of rows in one
+pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ulogstream.ulog.events import (
+        FieldDefinition,
+        FormatDefined,
+        InfoValue,
+    )
+
+
+JSON_CONTENT_TYPE = "application/json"
+
+
+MSGPACK_CONTENT_TYPE = "application/msgpack"
+
+
+RAW_CONTENT_TYPE = "application/octet-stream"
+
+
+JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+
+
+class RowEncoder:
+    """Builds flat JSON and MessagePack objects for rows of one structured dtype.
+
+    Numeric fields of one dtype are gathered from the raw bytes with a single fancy index and
+    formatted by numpy per batch (float32 in its shortest round-trip form, like ``repr``).
+    """
+
+    def __init__(self, dtype: np.dtype[np.void]) -> None:
+        layout = _field_layout(dtype)
+        self.itemsize = dtype.itemsize
+        self.keys = self.keys_of(dtype)
+        # (kind, gather dtype) -> (byte index into a row, output columns); kind: f, i or b
+        groups: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        self.char_fields: list[tuple[str, int]] = []
+        for column, name in enumerate(self.keys):
+            dtype_str, offset, size = layout[name]
+            kind = np.dtype(dtype_str).kind
+            if kind == "S":
+                self.char_fields.append((name, column))
+                continue
+            key = ("b", "|u1") if kind == "b" else ("f" if kind == "f" else "i", dtype_str)
+            index, columns = groups.setdefault(key, ([], []))
+            index.extend(range(offset, offset + size))
+            columns.append(column)
+        self.groups = [
+            (kind, np.dtype(gdt), np.array(index, dtype=np.intp), np.array(columns, dtype=np.intp))
+            for (kind, gdt), (index, columns) in groups.items()
+        ]
+        key_part = "".join(f",{json.dumps(k).replace('%', '%%')}:%s" for k in self.keys)
+        self.template = '{"t":%s,"timestamp":%d' + key_part + "}"
+
+    @staticmethod
+    def keys_of(dtype: np.dtype[np.void]) -> list[str]:
+        """The keys of a row's object after ``t`` and ``timestamp``, in payload order."""
+        return [name for name in _field_layout(dtype) if name != TIMESTAMP_FIELD]
+
+    def columns(self, rows: npt.NDArray[np.void]) -> list[list[object]]:
+        """Each row's values in key order, formatted as JSON text (numbers, null, strings)."""
+        count = len(rows)
+        table = np.empty((count, len(self.keys)), dtype=object)
+        raw = np.ascontiguousarray(rows).view(np.uint8).reshape(count, self.itemsize)
+        for kind, gather_dtype, index, columns in self.groups:
+            values = raw.take(index, axis=1).view(gather_dtype)
+            if kind == "f":
+                text = values.astype(str)
+                bad = ~np.isfinite(values)
+                if bad.any():
+                    text[bad] = "null"
+                table[:, columns] = text
+            elif kind == "b":
+                table[:, columns] = np.where(values != 0, "true", "false")
+            else:
+                table[:, columns] = values
+        for name, column in self.char_fields:
+            table[:, column] = [json.dumps(_cut_at_nul(v)) for v in rows[name].tolist()]
+        rows_out: list[list[object]] = table.tolist()
+        return rows_out
+
+    def json_payloads(
+        self, rows: npt.NDArray[np.void], stamps: list[int], times: list[str]
+    ) -> list[bytes]:
+        """One flat JSON object per row."""
+        template = self.template
+        return [
+            (template % (t, stamp, *values)).encode()
+            for t, stamp, values in zip(times, stamps, self.columns(rows), strict=True)
+        ]
+
+    def msgpack_payloads(
+        self, rows: npt.NDArray[np.void], stamps: list[int], times: list[float | None]
+    ) -> list[bytes]:
+        """The same objects as MessagePack (NaN/Inf as nil, char arrays as strings)."""
+        keys = self.keys
+        payloads: list[bytes] = []
+        for t, stamp, row in zip(times, stamps, rows[keys].tolist(), strict=True):
+            obj: dict[str, object] = {"t": t, "timestamp": stamp}
+            for key, value in zip(keys, row, strict=True):
+                obj[key] = _plain_value(value)
+            packed: bytes = msgpack.packb(obj)
+            payloads.append(packed)
+        return payloads
+
+
+_JSON_TYPES: dict[str, JsonValue] = {
+    "f": ["number", "null"],  # NaN and Inf are null
+    "b": "boolean",
+    "S": "string",  # char[N], cut at the first NUL
+}
+
+
+def row_json_schema(name: str, dtype: np.dtype[np.void]) -> dict[str, JsonValue]:
+    """A JSON Schema of the JSON sample objects :class:`RowEncoder` builds for ``dtype``.
+
+    The same keys in the same order: ``t`` (wall-clock seconds), ``timestamp`` (vehicle time in
+    microseconds), then every field as pyulog flattens it (``q[0]``, ``nested.sub``).
+    """
+    properties: dict[str, JsonValue] = {
+        "t": {"type": "number", "description": "wall-clock time of the sample, epoch seconds"},
+        TIMESTAMP_FIELD: {"type": "integer", "description": "vehicle time, microseconds"},
+    }
+    layout = _field_layout(dtype)
+    for key in RowEncoder.keys_of(dtype):
+        kind = np.dtype(layout[key][0]).kind
+        properties[key] = {"type": _JSON_TYPES.get(kind, "integer")}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": name,
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+    }
+
+
+def json_sample_time(payload: bytes) -> float:
+    """The ``t`` of a JSON sample payload of :class:`RowEncoder` (its first key), unparsed.
+
+    Raises:
+        ValueError: ``payload`` is not such a sample.
+    """
+    if not payload.startswith(b'{"t":'):
+        msg = "not a JSON sample payload"
+        raise ValueError(msg)
+    return float(payload[5 : payload.index(b",", 5)])
+
+
+def _field_layout(dtype: np.dtype[np.void]) -> dict[str, tuple[str, int, int]]:
+    """Each field of a structured dtype: ``name -> (dtype string, offset, itemsize)``."""
+    fields = dtype.fields
+    if fields is None:
+        return {}
+    return {name: (spec[0].str, spec[1], spec[0].itemsize) for name, spec in fields.items()}
+
+
+def _cut_at_nul(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode("utf-8", "replace")
+    return str(value)
+
+
+def _plain_value(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, bytes):
+        return _cut_at_nul(value)
+    return value
+
+
+def _json_number(value: float) -> str:
+    """A parameter or info number as JSON: float32-exact values in their shortest form."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if not math.isfinite(value):
+        return "null"
+    single = np.float32(value)
+    if float(single) == value:
+        return str(single)
+    return repr(value)
+
+
+def _info_json(value: InfoValue) -> JsonValue:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, tuple):
+        return [_info_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _format_string(fmt: FormatDefined) -> str:
+    parts = "".join(
+        f"{f.type_name}{'' if f.array_length is None else f'[{f.array_length}]'} {f.name};"
+        for f in fmt.fields
+    )
+    return f"{fmt.name}:{parts}"
+
+
+def _flat_fields(
+    name: str, formats: Mapping[str, FormatDefined], prefix: str = "", depth: int = 0
+) -> list[list[str]]:
+    """``[flat name, type]`` pairs as pyulog names them; unknown nested types are kept whole."""
+    fmt = formats.get(name)
+    if fmt is None or depth > len(formats):
+        return []
+    out: list[list[str]] = []
+    for f in fmt.fields:
+        if f.name.startswith(PADDING_PREFIX):
+            continue
+        out.extend(_flat_field(f, formats, prefix, depth))
+    return out
+
+
+def _flat_field(
+    f: FieldDefinition, formats: Mapping[str, FormatDefined], prefix: str, depth: int
+) -> list[list[str]]:
+    base = f"{prefix}{f.name}"
+    if f.type_name == "char" and f.array_length is not None:
+        return [[base, f"char[{f.array_length}]"]]
+    names = [base] if f.array_length is None else [f"{base}[{i}]" for i in range(f.array_length)]
+    if f.type_name in TYPE_SIZES or f.type_name not in formats:
+        return [[n, f.type_name] for n in names]
+    return [sub for n in names for sub in _flat_fields(f.type_name, formats, f"{n}.", depth + 1)]
+
+
+def _nested_formats(
+    name: str, formats: Mapping[str, FormatDefined], seen: dict[str, str]
+) -> dict[str, str]:
+    fmt = formats.get(name)
+    if fmt is None or name in seen:
+        return seen
+    seen[name] = _format_string(fmt)
+    for f in fmt.fields:
+        if f.type_name not in TYPE_SIZES:
+            _nested_formats(f.type_name, formats, seen)
+    return seen
+
+
+def _dumps(obj: Mapping[str, object]) -> bytes:
+    return json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()

@@ -1,0 +1,1 @@
+"""The recorder application: pipeline, decoding, status, identity, wiring and replay."""

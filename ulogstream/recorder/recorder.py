@@ -1,0 +1,766 @@
+"""The recorder: one link, every vehicle on it, its loops, and the stop choreography.
+
+Everything that awaits lives here or in ``ulogstream.adapters``; the cores (the logging session,
+the router and the ULog parser) are called synchronously and their outputs carried out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import time
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
+
+from ulogstream.adapters.connection import open_transport
+from ulogstream.adapters.file_sink import (
+    FinishedLog,
+    RecoveredFile,
+    recover_partial_files,
+)
+from ulogstream.adapters.log_files import (
+    FileEvent,
+    LogFiles,
+)
+from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
+from ulogstream.adapters.serial_transport import SerialTransport
+from ulogstream.adapters.udp_transport import UdpTransport
+from ulogstream.errors import LinkError
+from ulogstream.recorder.decoding import Publisher
+from ulogstream.recorder.identity import remember_sys_uuid
+from ulogstream.recorder.pipeline import Pipeline, _drop
+from ulogstream.recorder.status import RecorderStatus, _state_text, status_fields
+from ulogstream.stream import (
+    Heartbeat,
+    LogEnded,
+    MavlinkMessage,
+)
+from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1
+from ulogstream.stream.router import Contact, Impostor, NewVehicle, VehicleIgnored
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+    from pathlib import Path
+
+    from ulogstream.adapters.transport import Transport
+    from ulogstream.live.outbox import MqttMessage
+    from ulogstream.mavlink_codec import MavlinkCodec
+    from ulogstream.recorder.wiring import RecorderParts
+    from ulogstream.upload.info import FinishedLogInfo
+
+
+logger = logging.getLogger("ulogstream")
+
+
+RECONNECT_BACKOFF = (0.5, 1.0, 2.0, 5.0)
+"""Seconds between attempts to open a link that is not there (the last one repeats)."""
+
+
+REJECTED_RETRY_S = 30.0
+"""After the vehicle refused to stream, the daemon asks again this much later."""
+
+
+STATUS_INTERVAL_S = 0.5
+"""Refresh period of the terminal status line and the MQTT status counters."""
+
+
+STATUS_LOG_INTERVAL_S = 60.0
+"""Period of the key=value status line logged when there is no terminal status line."""
+
+
+STOP_PROGRESS_LOG_S = 5.0
+"""Period of the 'stopping: ...' progress line in the log while a stop waits for the vehicle."""
+
+
+HELLO_INTERVAL_S = 1.0
+"""Period of our HEARTBEAT on a link where no vehicle has been heard yet."""
+
+
+TIMER_TICK_S = 0.05
+"""Longest sleep of the timer loop: deadlines set while it sleeps are late by at most this."""
+
+
+ANNOUNCE_WAIT_S = 3.0
+"""At a stop, the longest wait for the last finished logs' checksums and announcements."""
+
+
+UPLOAD_WAIT_S = 5.0
+"""At a stop, the longest wait for uploads still running or queued (the files stay if not).
+
+Short: the systemd unit allows 15 s for a whole stop (TimeoutStopSec), the stream's end first."""
+
+
+RESTART_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+"""Seconds before a failed side task (status, MQTT) is started again (the last one repeats)."""
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Signals that stop a recording with the handshake: SIGHUP too (a closed terminal, a dropped
+SSH session), which would otherwise end the process at once and leave the ``.part``."""
+
+
+RECOVERED_HOW = "incomplete: recovered after an interrupted recording"
+"""How a log recovered at start-up ended, for its announcement and upload."""
+
+
+def _announce(publisher: Publisher, info: FinishedLogInfo) -> None:
+    """Publish ``{root}/{vehicle}/meta/log_finished`` (not retained: an event) for ``info``."""
+    from ulogstream.live.outbox import MqttMessage  # noqa: PLC0415 (numpy: MQTT only)
+
+    choice = publisher.policy.settings
+    publisher.offer(
+        [
+            MqttMessage(
+                f"{choice.root}/{info.vehicle}/meta/log_finished",
+                json.dumps(info.as_json(), separators=(",", ":")).encode(),
+                qos=max(1, choice.qos),
+                content_type="application/json",
+            )
+        ]
+    )
+
+
+def _remember(memory: Path, info: FinishedLogInfo) -> None:
+    """Remember the ``sys_uuid`` a finished log shows, for the vehicle id of the next start."""
+    if info.sys_uuid is not None:
+        remember_sys_uuid(memory, info.sys_uuid)
+
+
+def final_status(pipeline: Pipeline, publisher: Publisher) -> list[MqttMessage]:
+    """The retained end-of-run status of a vehicle: offline, its last counters and last file."""
+    pipeline.refresh_status()
+    status = pipeline.status
+    fields = status_fields(status)
+    if status.log_path is None and status.finished:
+        fields["log_file"] = str(status.finished[-1].path)
+    now = time.monotonic()
+    publisher.policy.update_status(now, fields=fields)
+    return [publisher.policy.offline_status(now)]
+
+
+class _FatalLinkError(Exception):
+    """Carries the LinkError of a link that will not open out of the task group.
+
+    ``record --once`` with no link, or a path that is never a serial port.
+    """
+
+    def __init__(self, error: LinkError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Recorder:
+    """Records every log streamed on one link, publishing live, until stopped.
+
+    Args:
+        parts: What it is made of (:func:`~ulogstream.recorder.wiring.recorder_parts`).
+        once: Return after the first log ends (``record --once``).
+        status_view: Draws the live status line on a terminal (``view(text, final=...)``), or
+            None (the journal gets a key=value line every minute instead).
+        notifier: systemd notifications (READY, STATUS, WATCHDOG); a no-op outside systemd.
+    """
+
+    def __init__(
+        self,
+        parts: RecorderParts,
+        *,
+        once: bool = False,
+        status_view: StatusView | None = None,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.parts = parts
+        self.once = once
+        self.status = RecorderStatus(link=parts.link)
+        self._status_view = status_view
+        self._notifier = notifier or Notifier({})
+        self._stop_requested = asyncio.Event()
+        self._abandon_requested = asyncio.Event()
+        self._stop_hint_shown = False
+        self.exit_code = 0
+        self.pipeline: Pipeline | None = None
+        """The first vehicle's pipeline (the status line's); every one is in :attr:`vehicles`."""
+        self.vehicles: dict[int, Pipeline] = {}
+        """One pipeline (session, files, parser, publisher) per autopilot system id."""
+        self.identity = parts.identity
+        self.publisher = parts.publisher
+        self.shipper = parts.shipper
+        self.foxglove = parts.foxglove
+        """The Foxglove live view of the first vehicle (``[foxglove]``), or None."""
+        self._codec = parts.codec()
+        self._send: Callable[[bytes], None] = _drop
+        self._udp: UdpTransport | None = None
+        self._next_hello = 0.0
+        self._link_codec: MavlinkCodec | None = None
+        """The open link's codec (None while no link is open)."""
+
+    @property
+    def vehicle_ids(self) -> dict[int, str]:
+        """Each vehicle's id (topics, folder under ``out_dir``, uploads), fixed for the run."""
+        return self.identity.ids
+
+    def request_stop(self) -> None:
+        """Stop streaming with the handshake, finish the file and return from :meth:`run`.
+
+        A second request while the stop waits for the vehicle abandons the wait.
+        """
+        if self._stop_requested.is_set():
+            self._abandon_requested.set()
+        self._stop_requested.set()
+
+    async def run(self) -> int:
+        """Run until stopped; the exit code is 0 unless the stream could not be recorded."""
+        if self.foxglove is not None:
+            self.foxglove.start()  # a port in use fails here, before anything is recorded
+        out_dir = self.parts.out_dir
+        recovered = await asyncio.to_thread(
+            recover_partial_files, out_dir, upload_pending=self.shipper.uploads
+        )
+        for log in recovered:
+            logger.warning("%s", log.message)
+            if not log.corrupt and not log.discarded:
+                self._recovered(log)
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            for signum in STOP_SIGNALS:
+                loop.add_signal_handler(signum, self.request_stop)
+        self._notifier.ready(f"recording from {self.parts.link}")
+        try:
+            async with asyncio.TaskGroup() as group:
+                side_tasks = [group.create_task(self._supervised("status", self._status_loop))]
+                if self.publisher is not None:
+                    side_tasks.append(
+                        group.create_task(self._supervised("MQTT", self.publisher.sink.run))
+                    )
+                side_tasks.append(group.create_task(self._supervised("upload", self.shipper.run)))
+                link_task = group.create_task(self._link_loop())
+                await self._timer_loop()
+                link_task.cancel()
+                for pipeline in self.vehicles.values():
+                    pipeline.refresh_status()  # the last counters, for the caller and MQTT
+                    await pipeline.files.aclose()  # every file finished (fsync, rename) first
+                await self._finish_shipping()
+                for pipeline in self.vehicles.values():
+                    if pipeline.publisher is not None:
+                        pipeline.publisher.offer(final_status(pipeline, pipeline.publisher))
+                if self.foxglove is not None:
+                    self.foxglove.offer([self.foxglove.policy.offline_status(time.monotonic())])
+                if self.publisher is not None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
+                for task in side_tasks:
+                    task.cancel()
+        except* _FatalLinkError as errors:
+            first = errors.exceptions[0]
+            assert isinstance(first, _FatalLinkError)  # noqa: S101 (the except* type)
+            raise first.error from None
+        finally:
+            self._notifier.stopping()
+            for pipeline in self.vehicles.values():
+                await pipeline.files.aclose()
+            if self.foxglove is not None:
+                self.foxglove.stop()
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                for signum in STOP_SIGNALS:
+                    loop.remove_signal_handler(signum)
+            self._draw_status(final=True)
+        for pipeline in self.vehicles.values():
+            if pipeline.rejected is not None and self.once:
+                self.exit_code = 1
+        return self.exit_code
+
+    def _count_uploads(self, status: RecorderStatus) -> None:
+        """Copy the (recorder-wide) upload counters into ``status``."""
+        shipper = self.shipper
+        status.uploads = shipper.uploaded
+        status.upload_failures = shipper.failed
+        status.upload_backlog = shipper.backlog
+        status.upload_held = shipper.held
+
+    async def _finish_shipping(self) -> None:
+        """Let finished logs be announced, and uploads end, for a bounded time before stopping."""
+        shipper = self.shipper
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(shipper.wait_described(), ANNOUNCE_WAIT_S)
+        if shipper.backlog and not shipper.paused:
+            logger.info(
+                "waiting up to %.0f s for %d upload(s) before stopping",
+                UPLOAD_WAIT_S,
+                shipper.backlog,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(shipper.wait_settled(), UPLOAD_WAIT_S)
+        for pipeline in self.vehicles.values():  # the final status shows how uploads went
+            self._count_uploads(pipeline.status)
+
+    def _new_vehicle(self, system_id: int, now: float) -> Pipeline:
+        """A pipeline for the autopilot ``system_id``, heard for the first time on the link.
+
+        The recorder's own vehicle (``--target-sysid``, else the one last recorded on this link,
+        else sysid 1: PX4's default) uses the recorder's publisher and live view; any other
+        sysid gets its own vehicle id (see :class:`~ulogstream.recorder.identity.VehicleIds`),
+        folder ``out_dir/{vehicle}`` and MQTT tree, so vehicles never mix.
+        """
+        parts, identity = self.parts, self.identity
+        foxglove = None
+        if system_id == identity.home:
+            publisher, foxglove = self.publisher, self.foxglove
+            vehicle_id = identity.ids[system_id]
+        else:
+            vehicle_id, _ = identity.identify(system_id)
+            publisher = None
+            if self.publisher is not None:
+                publisher = Publisher(parts.policy(vehicle_id), self.publisher.sink)
+            logger.info("vehicle sysid %d: vehicle id %r", system_id, vehicle_id)
+        sink = parts.files(system_id, vehicle_id)
+        status = self.status if self.pipeline is None else RecorderStatus(link=self.status.link)
+        pipeline = Pipeline(
+            codec=self._codec,
+            session=parts.session(system_id),
+            files=LogFiles(sink, partial(self._file_event, system_id)),
+            status=status,
+            publisher=publisher,
+            foxglove=foxglove,
+            on_log_ended=self._log_ended,
+        )
+        pipeline.on_log_finished = partial(self._log_finished, pipeline, system_id)
+        self.vehicles[system_id] = pipeline
+        if self.pipeline is None:
+            self.pipeline = pipeline
+        logger.info("vehicle sysid %d: recording into %s", system_id, sink.folder)
+        pipeline.files.start()
+        pipeline.attach(self._vehicle_send(pipeline), now, restored=False)
+        pipeline.start(now)
+        return pipeline
+
+    def _recovered(self, log: RecoveredFile) -> None:
+        """A log an interrupted recording left: announced and uploaded like any finished one."""
+        tags = log.tags
+        vehicle = tags.get("vehicle")
+        if not isinstance(vehicle, str):
+            vehicle = log.path.parent.parent.name
+        link, sysid = tags.get("link"), tags.get("sysid")
+        memory = None
+        if self.identity.uses_sys_uuid and isinstance(link, str) and isinstance(sysid, int):
+            memory = self.identity.memory(sysid, link)
+        publisher = self.publisher
+        self.shipper.offer(
+            log.path,
+            log.size,
+            vehicle=vehicle,
+            how=RECOVERED_HOW,
+            announce=None if publisher is None else partial(_announce, publisher),
+            on_described=None if memory is None else partial(_remember, memory),
+        )
+
+    def _log_finished(
+        self, pipeline: Pipeline, system_id: int, finished: FinishedLog, how: str
+    ) -> None:
+        """Announce ``finished`` on MQTT and queue its upload (both off the event loop's path)."""
+        identity = self.identity
+        memory = identity.memory(system_id) if identity.uses_sys_uuid else None
+        self.shipper.offer(
+            finished.path,
+            finished.size,
+            vehicle=identity.ids[system_id],
+            how=how,
+            announce=partial(self._announce, pipeline.publisher, system_id),
+            on_described=None if memory is None else partial(_remember, memory),
+        )
+
+    def _announce(self, publisher: Publisher | None, system_id: int, info: FinishedLogInfo) -> None:
+        """Publish ``meta/log_finished``; say when a newly seen ``sys_uuid`` changes the id."""
+        if publisher is not None:
+            _announce(publisher, info)
+        if info.sys_uuid is None:
+            return
+        then = self.identity.learned(system_id, info.sys_uuid)
+        if then is not None:
+            logger.info(
+                "autopilot sys_uuid %s (in %s): the vehicle id becomes %r at the next start "
+                "(%r until then)",
+                info.sys_uuid,
+                info.path.name,
+                then,
+                self.identity.ids[system_id],
+            )
+
+    def _file_event(self, system_id: int, event: FileEvent) -> None:
+        self.vehicles[system_id].file_event(event)
+
+    async def _supervised(
+        self, name: str, run: Callable[[], Coroutine[object, object, None]]
+    ) -> None:
+        """Run a side task for ever: a failure is logged with its cause and it starts again."""
+        failures = 0
+        while True:
+            started = time.monotonic()
+            try:
+                await run()
+            except Exception as err:  # noqa: BLE001 (any fault of a side task is logged, then retried)
+                if time.monotonic() - started > RESTART_BACKOFF[-1]:
+                    failures = 0
+                delay = RESTART_BACKOFF[min(failures, len(RESTART_BACKOFF) - 1)]
+                failures += 1
+                logger.error(  # noqa: TRY400 (one line with the cause; the loop goes on)
+                    "%s stopped: %s: %s; restarting it in %.0f s",
+                    name,
+                    type(err).__name__,
+                    err,
+                    delay,
+                )
+            else:
+                return
+            await asyncio.sleep(delay)
+
+    async def _link_loop(self) -> None:
+        """Open the link, read it until it fails, and open it again, for ever."""
+        attempt = 0
+        last_error = ""
+        opened_before = False
+        while True:
+            try:
+                transport = await open_transport(self.parts.connection)
+            except LinkError as err:
+                if err.permanent or (self.once and not opened_before):
+                    # No link to wait for (record --once), or one that can never open (a
+                    # regular file as the serial port): one clear error, exit non-zero.
+                    raise _FatalLinkError(err) from None
+                if str(err) != last_error:
+                    how = "" if last_error else " (Ctrl-C or SIGTERM stops)"
+                    logger.warning("%s; retrying until it opens%s", err, how)
+                    last_error = str(err)
+                await asyncio.sleep(RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)])
+                attempt += 1
+                continue
+            if opened_before:
+                self.status.link_reconnects += 1
+                logger.info("link %s is back", transport.describe())
+            else:
+                logger.info("listening on %s", transport.describe())
+                logger.info("%s", self.parts.identity_line)
+                self.status.state = "waiting for autopilot"
+            opened_before = True
+            attempt, last_error = 0, ""
+            self._codec = self._link_codec = self.parts.codec()  # fresh per opening
+            self._udp = transport if isinstance(transport, UdpTransport) else None
+            self._send = transport.send
+            now = time.monotonic()
+            self._hello(now)
+            for pipeline in self.vehicles.values():
+                pipeline.codec = self._codec
+                pipeline.attach(self._vehicle_send(pipeline), now, restored=True)
+            try:
+                await self._receive_loop(transport)
+            except LinkError as err:
+                logger.warning("%s; the open log waits for it to come back", err)
+            finally:
+                self._send = _drop
+                self._udp = self._link_codec = None
+                for pipeline in self.vehicles.values():
+                    pipeline.detach()
+                await transport.aclose()
+
+    async def _receive_loop(self, transport: Transport) -> None:
+        """Route what ``transport`` receives until it closes (a :class:`LinkError` then)."""
+        route = self._route
+        monotonic = time.monotonic
+        if isinstance(transport, UdpTransport):  # datagrams handled in the reader callback
+
+            def handle(data: bytes) -> None:
+                route(data, monotonic())
+
+            await transport.pump(handle)
+        else:
+            codec = self._codec
+            # A serial port wakes the loop once a frame can be whole, not for every piece.
+            wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
+            while data := await transport.receive():
+                route(data, monotonic())
+                if wake_after is not None:
+                    wake_after(codec.bytes_wanted())
+        msg = f"link {transport.describe()} was closed"
+        raise LinkError(msg)
+
+    def _route(self, data: bytes, now: float) -> None:
+        """Decode one chunk and hand each vehicle its messages (acks go out inside)."""
+        messages = self._codec.decode(data)
+        if not messages:
+            return
+        router = self.parts.router
+        for system_id, group in router.route(messages):
+            pipeline = self.vehicles.get(system_id)
+            if pipeline is None:
+                pipeline = self._first_contact(router.first_contact(system_id, group), now)
+                if pipeline is None:
+                    continue
+            elif self._udp is not None and pipeline.peer != self._udp.peer:
+                pipeline.attach(self._vehicle_send(pipeline), now, restored=False)
+            pipeline.receive_messages(group, now)
+            if self.parts.watch_armed:
+                self._heard_armed(system_id, group)
+
+    def _heard_armed(self, system_id: int, messages: list[MavlinkMessage]) -> None:
+        """Tell the shipper whether the autopilot ``system_id`` is armed (its HEARTBEAT)."""
+        for message in messages:
+            if type(message) is Heartbeat and message.component_id == MAV_COMP_ID_AUTOPILOT1:
+                self.shipper.set_armed(message.armed, system_id)
+
+    def _first_contact(self, contact: Contact | None, now: float) -> Pipeline | None:
+        """Carry out what the router decided about a system id not seen before."""
+        match contact:
+            case NewVehicle(system_id):
+                return self._new_vehicle(system_id, now)
+            case VehicleIgnored(system_id, target):
+                logger.info(
+                    "vehicle sysid %d seen on %s and ignored: recording sysid %d only "
+                    "(--target-sysid)",
+                    system_id,
+                    self.parts.link,
+                    target,
+                )
+            case Impostor(system_id, component_id):
+                logger.warning(
+                    "another receiver on %s uses our MAVLink ids (sysid %d, compid %d): both "
+                    "would take one log stream; give one of them other ids (--sysid)",
+                    self.parts.link,
+                    system_id,
+                    component_id,
+                )
+            case None:
+                pass
+        return None
+
+    def _vehicle_send(self, pipeline: Pipeline) -> Callable[[bytes], None]:
+        """How ``pipeline`` sends: to its own vehicle's address on a UDP link that has several."""
+        udp = self._udp
+        if udp is None or udp.peer is None:
+            pipeline.peer = None
+            return self._send
+        peer = pipeline.peer = udp.peer
+        send: Callable[[bytes], None] = partial(udp.send_to, peer=peer)
+        return send
+
+    async def _timer_loop(self) -> None:
+        """Drive every vehicle's timers until all have ended (stopped, or given up)."""
+        stopping = False
+        next_progress_log = 0.0
+        while True:
+            now = time.monotonic()
+            vehicles = list(self.vehicles.values())
+            if stopping and all(p.ended.is_set() for p in vehicles):
+                return
+            if not stopping and self._stop_requested.is_set():
+                stopping = True
+                next_progress_log = now + STOP_PROGRESS_LOG_S
+                if self._status_view is None:  # a terminal shows this on its status line
+                    logger.info("stopping: %s", self._stop_text())
+                for pipeline in vehicles:
+                    pipeline.stop(now)
+                continue
+            if not vehicles:
+                if stopping:
+                    return  # no vehicle was ever heard: nothing to stop
+                if now >= self._next_hello:
+                    self._hello(now)
+            for pipeline in vehicles:
+                if pipeline.ended.is_set():
+                    continue
+                if stopping:
+                    if self._abandon_requested.is_set():
+                        logger.warning("stop abandoned: the end of the log is not recorded")
+                        pipeline.abandon(now)
+                        continue
+                    progress = pipeline.session.stop_progress(now)
+                    pipeline.status.state = (
+                        "stopping" if progress is None else f"stopping: {progress}"
+                    )
+                    if progress is not None and now >= next_progress_log:
+                        logger.info("stopping: %s", progress)
+                elif pipeline.rejected is not None:
+                    self._rejected(pipeline, now)
+                elif pipeline.disk_full:
+                    pipeline.status.state = "disk full"
+                else:
+                    pipeline.status.state = _state_text(
+                        pipeline.session.state, pipeline.status.state
+                    )
+                pipeline.timer(now)
+            if stopping and now >= next_progress_log:
+                next_progress_log = now + STOP_PROGRESS_LOG_S
+            deadlines = [d for p in vehicles if (d := p.next_deadline()) is not None]
+            delay = TIMER_TICK_S
+            if deadlines:
+                delay = min(delay, max(0.0, min(deadlines) - time.monotonic()))
+            wake = self._abandon_requested if stopping else self._stop_requested
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), delay)
+
+    def _stop_text(self) -> str:
+        """What a stop does now: the handshake, or nothing to stop."""
+        if not self.vehicles:
+            return "no vehicle was heard, so there is no stream to stop"
+        if self._link_codec is None:
+            return (
+                "the link is down, so LOGGING_STOP cannot reach the vehicle; the open log is "
+                "finished when the stop times out (a second SIGINT or SIGTERM ends at once)"
+            )
+        return "LOGGING_STOP sent; a second SIGINT or SIGTERM ends at once (the .part is kept)"
+
+    def _hello(self, now: float) -> None:
+        """Send our HEARTBEAT while no vehicle is known: a udpout peer learns our address from it.
+
+        Each vehicle's session sends its own once it exists.
+        """
+        self._send(self._codec.encode_heartbeat())
+        self._next_hello = now + HELLO_INTERVAL_S
+
+    def _rejected(self, pipeline: Pipeline, now: float) -> None:
+        """The vehicle refused to stream: ask again later (or give up with --once)."""
+        if self.once:
+            self._stop_requested.set()
+        elif pipeline.rejected_at is None:
+            pipeline.rejected_at = now
+            logger.warning("asking again in %.0f s", REJECTED_RETRY_S)
+        elif now - pipeline.rejected_at >= REJECTED_RETRY_S:
+            system_id = pipeline.session.autopilot_system
+            pipeline.rejected = pipeline.rejected_at = None
+            pipeline.session = self.parts.session(system_id or 1)
+            pipeline.start(now)
+
+    def _log_ended(self, _ended: LogEnded) -> None:
+        if self.once:
+            self._stop_requested.set()
+
+    async def _status_loop(self) -> None:
+        watchdog = watchdog_interval() if self.parts.watchdog else None
+        next_watchdog = 0.0
+        next_notify = 0.0
+        started = time.monotonic()
+        next_log = started + STATUS_LOG_INTERVAL_S
+        last_bytes, last_time = 0, started
+        hint_after = self.parts.hint_after_s
+        # The open link is checked once, hint_after after it opened, for any valid MAVLink.
+        watched: MavlinkCodec | None = None
+        watched_since = started
+        while True:
+            now = time.monotonic()
+            codec = self._link_codec
+            if codec is not watched:
+                watched, watched_since = codec, now
+            elif codec is not None and hint_after and now - watched_since >= hint_after:
+                hint = self.link_hint(codec)
+                if hint is not None:
+                    logger.warning("%s", hint)
+                watched_since = float("inf")  # one look per link opening
+            pipeline = self.pipeline
+            for vehicle in self.vehicles.values():
+                vehicle.refresh_status()
+                self._count_uploads(vehicle.status)
+                if vehicle.publisher is not None:
+                    vehicle.publisher.offer(
+                        vehicle.publisher.policy.update_status(
+                            now, state=vehicle.status.state, fields=status_fields(vehicle.status)
+                        )
+                    )
+                if vehicle.foxglove is not None:
+                    vehicle.foxglove.offer(
+                        vehicle.foxglove.policy.update_status(
+                            now,
+                            state=vehicle.status.state,
+                            fields={
+                                **status_fields(vehicle.status),
+                                **vehicle.foxglove.counters(),
+                            },
+                        )
+                    )
+            elapsed = now - last_time
+            if elapsed >= 1.0:
+                self.status.bytes_per_s = (self.status.bytes_total - last_bytes) / elapsed
+                last_bytes, last_time = self.status.bytes_total, now
+            self._draw_status()
+            if watchdog is not None and now >= next_watchdog:
+                self._notifier.watchdog()
+                next_watchdog = now + watchdog
+            if now >= next_notify:
+                self._notifier.status(self.status_text())
+                next_notify = now + 5.0
+            if self._status_view is None and pipeline is not None and now >= next_log:
+                # No terminal (the journal, a pipe): the counters as one key=value line.
+                fields = " ".join(
+                    f"{k}={json.dumps(v)}" for k, v in status_fields(self.status).items()
+                )
+                logger.info("status state=%s %s", self.status.state.replace(" ", "_"), fields)
+                next_log = now + STATUS_LOG_INTERVAL_S
+            await asyncio.sleep(STATUS_INTERVAL_S)
+
+    def link_hint(self, codec: MavlinkCodec) -> str | None:
+        """What is likely wrong with a link on which ``codec`` found no valid MAVLink yet.
+
+        Returns:
+            One line for the log, or None when a valid MAVLink frame has arrived.
+        """
+        if codec.valid_frames:
+            return None
+        spec = self.parts.connection
+        serial = spec.device is not None
+        if codec.skipped_bytes or codec.buffered or codec.bad_frames:
+            if self.parts.signed and codec.bad_frames:
+                why = "is the signing key PX4's?"
+            elif serial:
+                why = "wrong baud rate? try 921600 or 57600, PX4's TELEM2 and TELEM1 defaults"
+            else:
+                why = "is it another program's port? does the sender speak MAVLink 2?"
+            return f"bytes arrive on {spec} but no valid MAVLink ({why})"
+        if serial:
+            why = "wrong port? is PX4's MAV_x_CONFIG set for this port?"
+        else:
+            why = "wrong address or port? is a PX4 MAVLink instance sending to it?"
+        return f"nothing arrives on {spec} ({why})"
+
+    def status_text(self) -> str:
+        """One line: state, file, bytes, rate, packets, gaps, dropouts (MQTT, uploads)."""
+        status = self.status
+        name = "-" if status.log_path is None else status.log_path.name
+        gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
+        dropouts = "1 dropout" if status.dropouts == 1 else f"{status.dropouts} dropouts"
+        rate = "-" if status.bytes_per_s is None else f"{status.bytes_per_s / 1e3:.0f}"
+        text = (
+            f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
+            f"{rate} KB/s, {status.packets} packets, "
+            f"{gaps} ({status.packets_lost} lost, {status.late} late), {dropouts}"
+        )
+        if len(self.vehicles) > 1:
+            text += f" (first of {len(self.vehicles)} vehicles)"
+        if self.publisher is not None:
+            link = "up" if status.mqtt_connected else "down"
+            text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
+        if self.foxglove is not None:
+            text += f", foxglove {self.foxglove.url} {self.foxglove.sent} sent"
+        shipper = self.shipper
+        if shipper.uploads and (shipper.backlog or shipper.uploaded or shipper.failed):
+            text += f", uploads {shipper.uploaded} done {shipper.backlog} waiting"
+            if shipper.failed:
+                text += f" {shipper.failed} failed"
+            if shipper.held:
+                text += " (held: armed)"
+        return text
+
+    def _draw_status(self, *, final: bool = False) -> None:
+        view = self._status_view
+        if view is None:
+            return
+        note = None
+        if not final and self._stop_requested.is_set() and not self._stop_hint_shown:
+            self._stop_hint_shown = True
+            note = self._stop_text() if not self.vehicles else "Ctrl-C again ends at once"
+        view("" if final else self.status_text(), note=note)
+
+
+class StatusView(Protocol):
+    """Draws the live status line (the terminal's, in :mod:`ulogstream.cli`)."""
+
+    def __call__(self, text: str, *, note: str | None = None) -> None:
+        """Show ``text`` in place of the last one (empty: clear it); ``note`` once, above it."""

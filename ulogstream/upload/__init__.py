@@ -1,0 +1,1 @@
+"""Finished logs leaving the vehicle: description, the durable queue, targets and the shipper."""

@@ -1,0 +1,136 @@
+"""What is known of a finished log: its description (size, SHA-256, ``sys_uuid``, start time)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ulogstream.errors import ULogFormatError
+from ulogstream.ulog.events import DefinitionsEnd, Info
+from ulogstream.ulog.parser import ULogParser, no_rows
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+logger = logging.getLogger(__name__)
+
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+_TIME = re.compile(r"^(\d{2})_(\d{2})_(\d{2})")
+
+
+_HASH_CHUNK = 1 << 20
+
+
+_HEADER_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishedLogInfo:
+    """What is announced about one finished log (``meta/log_finished``).
+
+    Attributes:
+        path: The ``.ulg`` file.
+        size: Bytes in it.
+        sha256: Its SHA-256 in hex (None when it could not be read).
+        sys_uuid: The autopilot's ``sys_uuid`` from the log's information (None: not in it).
+        start_time: UTC start of the log from its file name, ISO 8601 (None if not named so).
+        date: The UTC date of the log, ``YYYY-MM-DD`` (the ``{date}`` placeholder).
+        vehicle: The vehicle id it was recorded for.
+        complete: Whether the log ended with the vehicle's end of stream.
+        how: How it ended, in words.
+    """
+
+    path: Path
+    size: int
+    sha256: str | None
+    sys_uuid: str | None
+    start_time: str | None
+    date: str
+    vehicle: str
+    complete: bool
+    how: str
+
+    def as_json(self) -> dict[str, str | int | bool | None]:
+        """The announcement's JSON object."""
+        return {
+            "path": str(self.path),
+            "name": self.path.name,
+            "size": self.size,
+            "sha256": self.sha256,
+            "sys_uuid": self.sys_uuid,
+            "start_time": self.start_time,
+            "vehicle": self.vehicle,
+            "complete": self.complete,
+            "how": self.how,
+        }
+
+
+def read_sys_uuid(path: Path) -> str | None:
+    """The ``sys_uuid`` information of the ULog file at ``path`` (blocking; reads its header).
+
+    Returns:
+        The value as text, or None when the header has none or cannot be read.
+    """
+    parser = ULogParser(rows=no_rows)  # the header only: no row decoded, numpy not loaded
+    try:
+        with path.open("rb") as file:
+            while chunk := file.read(_HEADER_CHUNK):
+                for event in parser.receive_bytes(chunk):
+                    if type(event) is Info and event.key == "sys_uuid":
+                        value = event.value
+                        text = value.hex() if isinstance(value, bytes) else str(value)
+                        return text.strip("\x00 ") or None
+                    if type(event) is DefinitionsEnd:
+                        return None
+    except (OSError, ULogFormatError):
+        return None
+    return None
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of the file at ``path`` in hex (blocking: call it in a thread)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe(path: Path, size: int, *, vehicle: str, how: str) -> FinishedLogInfo:
+    """Describe a finished log (blocking: reads the whole file for the checksum)."""
+    try:
+        sha256: str | None = sha256_of(path)
+    except OSError as err:
+        logger.warning("cannot read %s for its checksum: %s", path, err.strerror)
+        sha256 = None
+    date = path.parent.name
+    start_time = None
+    clock = _TIME.match(path.stem)
+    if _DATE.match(date) and clock is not None:
+        start_time = f"{date}T{clock[1]}:{clock[2]}:{clock[3]}Z"
+    else:
+        with contextlib.suppress(OSError):
+            date = datetime.fromtimestamp(path.stat().st_mtime, UTC).strftime("%Y-%m-%d")
+        if not _DATE.match(date):
+            date = datetime.now(UTC).strftime("%Y-%m-%d")
+    sys_uuid = read_sys_uuid(path)
+    return FinishedLogInfo(
+        path=path,
+        size=size,
+        sha256=sha256,
+        sys_uuid=sys_uuid,
+        start_time=start_time,
+        date=date,
+        vehicle=vehicle,
+        complete=how.startswith("complete"),
+        how=how,
+    )
