@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from e2e.support import (  # noqa: E402 (the test helpers live beside the tests)
+from support.end_to_end import (  # noqa: E402 (the test helpers live beside the tests)
     deliveries_of,
     flight_log,
     in_sequence_order,
@@ -57,7 +57,7 @@ from ulogstream.sim.runner import RADIO_BANDWIDTH, PtyDevice  # noqa: E402
 from ulogstream.sim.vehicle import RADIO_LINK_RATE, USB_LINK_RATE, VehicleConfig  # noqa: E402
 
 if TYPE_CHECKING:
-    from e2e.support import Item
+    from support.end_to_end import Item
 
 TARGET = 0.999
 DELAY = 0.04

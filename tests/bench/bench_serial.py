@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the suite's helpers
 
 from bench.installed import compile_package
-from packetize import packetize
+from support.packetize import packetize
 
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.sim.flightlog import generate_flight_log

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
 sys.path.insert(0, str(ROOT / "tests"))
 import aiomqtt  # noqa: E402
-from daemon.support import (  # noqa: E402
+from support.processes import (  # noqa: E402
     Flight,
     Process,
     daemon_config,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
 sys.path.insert(0, str(ROOT / "tests"))
-from packetize import packetize  # noqa: E402
+from support.packetize import packetize  # noqa: E402
 
 from ulogstream.stream.packets import MAV_CMD_LOGGING_START, CommandAck, MavResult  # noqa: E402
 from ulogstream.stream.session import DEFAULT_SYSTEM_ID, LoggingSession  # noqa: E402

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the suite's helpers
 
-from ulog.test_fuzz import fuzz
+from support.ulog_fuzz import fuzz
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the suit
 
 import contextlib
 
-from packetize import make_ulog, packetize
+from support.packetize import make_ulog, packetize
 
 from ulogstream.errors import UlogstreamError
 from ulogstream.mavlink_codec import MavlinkCodec

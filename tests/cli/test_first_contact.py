@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import Process
+from support.processes import Process
 
 from ulogstream import __version__
 from ulogstream.cli import main

@@ -21,18 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import shared_ulg
-from daemon.support import Process, clean_environment, partial_files, recordings, subscriber
-from mqtt.conftest import fixture_mosquitto
-from waiting import eventually, wait_until
+from support.processes import Process, clean_environment, partial_files, recordings, subscriber
+from support.shared_data import shared_ulg
+from support.waiting import eventually, wait_until
 
 from ulogstream.cli.demo import free_udp_port
 from ulogstream.sim.flightlog import generate_flight_log
 
 if TYPE_CHECKING:
-    from mqtt.conftest import Broker
+    from support.broker import Broker
 
-__all__ = ["fixture_mosquitto"]
 
 COLUMNS = 80
 _CSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.support import (
+from support.end_to_end import (
     FAST,
     RECEIVER_COMPONENT,
     RECEIVER_SYSTEM,
@@ -29,8 +29,8 @@ from e2e.support import (
     theoretical_maximum,
     vehicle_packets,
 )
-from packetize import definitions_end
-from waiting import eventually, holds_for
+from support.packetize import definitions_end
+from support.waiting import eventually, holds_for
 
 from ulogstream.adapters import file_sink
 from ulogstream.adapters.udp_transport import UdpTransport

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e.support import (
+from support.end_to_end import (
     deliveries_of,
     finished_messages,
     flight_log,
@@ -42,7 +42,7 @@ from ulogstream.ulog.writer import ULogWriter
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from e2e.support import Item, Session
+    from support.end_to_end import Item, Session
 
 
 def out_of_order(delivered: list[DeliveredPacket]) -> int:

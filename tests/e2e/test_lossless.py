@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import shared_ulg
-from e2e.support import (
+from support.end_to_end import (
     FAST,
     FdTransport,
     PtyPair,
@@ -15,6 +14,7 @@ from e2e.support import (
     record,
     recorder_settings,
 )
+from support.shared_data import shared_ulg
 
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.cli.demo import free_udp_port

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e.support import (
+from support.end_to_end import (
     FAST,
     deliveries_of,
     flight_log,
@@ -30,7 +30,7 @@ from ulogstream.stream.reassembler import DATA_SECTION_TYPES
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from e2e.support import Item, Session
+    from support.end_to_end import Item, Session
 
 MAX_DROPOUT_MS = 5000
 """Longest plausible dropout on loopback (the gaps here last milliseconds)."""

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import Process, make_flight
-from e2e.support import (
+from support.end_to_end import (
     CountingTransport,
     files,
     flight_log,
@@ -24,7 +23,8 @@ from e2e.support import (
     recorder_settings,
     spans,
 )
-from waiting import eventually
+from support.processes import Process, make_flight
+from support.waiting import eventually
 
 from ulogstream.adapters.file_sink import MB, UlgFileSink, whole_messages_end
 from ulogstream.adapters.udp_transport import UdpTransport

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e.support import flight_log, record, recorder_settings
+from support.end_to_end import flight_log, record, recorder_settings
 
 from ulogstream.cli.demo import free_udp_port
 from ulogstream.recorder import recorder as daemon

@@ -10,9 +10,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import with_sys_uuid
-from e2e.support import FAST, flight_log, recorder_settings
-from waiting import eventually
+from support.end_to_end import FAST, flight_log, recorder_settings
+from support.processes import with_sys_uuid
+from support.waiting import eventually
 
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.cli.demo import free_udp_port

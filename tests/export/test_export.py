@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pytest
-from conftest import SHARED_ULG_FILES, shared_ulg
 from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 from numpy.lib.recfunctions import repack_fields
 from rosbags.rosbag1 import Reader
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+from support.shared_data import SHARED_ULG_FILES, shared_ulg
 
 from ulogstream.adapters.ulog_file import read
 from ulogstream.errors import UlogstreamError

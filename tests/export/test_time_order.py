@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import SHARED_ULG_FILES, shared_ulg
 from mcap.reader import make_reader
 from pyulog import ULog
 from rosbags.rosbag1 import Reader
-from ulog.test_pyulog import EXTRA_ROWS
+from support.shared_data import SHARED_ULG_FILES, shared_ulg
+from support.ulog_builders import EXTRA_ROWS
 
 from ulogstream.adapters.ulog_file import read
 from ulogstream.export import mcap, ordering, rosbag

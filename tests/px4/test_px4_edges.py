@@ -8,9 +8,9 @@ import signal
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import Process, recordings
-from px4.support import UdpRelay, px4_sitl
 from pyulog import ULog
+from support.processes import Process, recordings
+from support.px4 import UdpRelay, px4_sitl
 
 from ulogstream.cli.demo import free_udp_port
 

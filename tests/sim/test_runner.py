@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pytest
-from waiting import eventually
+from support.waiting import eventually
 
 from ulogstream.adapters.tcp_transport import TcpServerTransport, TcpTransport
 from ulogstream.adapters.udp_transport import UdpTransport

@@ -9,7 +9,7 @@ from typing import TypeVar
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from packetize import (
+from support.packetize import (
     definitions_end,
     make_ulog,
     messages,

@@ -6,7 +6,7 @@ from typing import TypeVar
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from packetize import definitions_end, make_ulog, messages, packetize, written
+from support.packetize import definitions_end, make_ulog, messages, packetize, written
 
 from ulogstream.errors import StreamProtocolError
 from ulogstream.stream.packets import (

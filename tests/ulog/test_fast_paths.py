@@ -6,7 +6,7 @@ import dataclasses
 import struct
 
 import numpy as np
-from ulog.ulog_helpers import normalise, of_type, parse
+from support.ulog_builders import normalise, of_type, parse
 
 from ulogstream.ulog.events import Corruption, DataRows, Parameter
 from ulogstream.ulog.parser import _PARAMETER_KEYS, ULogParser

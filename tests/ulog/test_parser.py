@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from ulog.ulog_helpers import (
+from support.ulog_builders import (
     NEST_FORMAT,
     VEHICLE_FORMAT,
     VEHICLE_SIZE,

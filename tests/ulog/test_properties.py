@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ulog.ulog_helpers import normalise, of_type, parse, sample_log
+from support.ulog_builders import normalise, of_type, parse, sample_log
 
 from ulogstream.errors import UlogstreamError
 from ulogstream.ulog.dtypes import TIMESTAMP_TYPES

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 import pytest
-from conftest import SHARED_ULG_FILES, shared_ulg
 from pyulog import ULog
+from support.shared_data import SHARED_ULG_FILES, shared_ulg
+from support.ulog_builders import EXTRA_ROWS
 
 from ulogstream.adapters.ulog_file import read
 from ulogstream.ulog.spec import PADDING_PREFIX, TYPE_STRUCT_CODES
@@ -31,12 +32,6 @@ if TYPE_CHECKING:
     from ulogstream.ulog import TopicData, ULogData
 
 SAMPLE_NAMES = [p.name for p in SHARED_ULG_FILES] or ["pyulog__sample.ulg"]
-
-EXTRA_ROWS = {
-    "px4-ulog-rs__corrupt_format_not_utf8.ulg": 25,
-    "px4-ulog-rs__corrupt_unregistered_msg_id.ulg": 276,
-}
-"""Rows we recover that pyulog loses, by file (every other file: exactly pyulog's rows)."""
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from ulog.ulog_helpers import VEHICLE_SIZE, normalise, parse, sample_log, vehicle_payload
+from support.ulog_builders import VEHICLE_SIZE, normalise, parse, sample_log, vehicle_payload
 
 from ulogstream.adapters.ulog_file import iter_events, read
 from ulogstream.errors import ULogFormatError, UlogstreamError

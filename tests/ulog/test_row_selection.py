@@ -9,8 +9,8 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from conftest import shared_ulg
-from ulog.ulog_helpers import of_type
+from support.shared_data import shared_ulg
+from support.ulog_builders import of_type
 
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.ulog.events import DataRows, Subscription, ULogEvent

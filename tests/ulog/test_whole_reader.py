@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ulog.ulog_helpers import sample_log
+from support.ulog_builders import sample_log
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.ulog import reader as reader_module

@@ -7,8 +7,8 @@ import contextlib
 from typing import TYPE_CHECKING
 
 import pytest
-from upload.review_server import HANG, ReviewServer
-from waiting import eventually, holds_for, running
+from support.review_server import HANG, ReviewServer
+from support.waiting import eventually, holds_for, running
 
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.cli.demo import free_udp_port

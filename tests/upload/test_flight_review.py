@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from upload.review_server import HANG, ReviewServer
-from waiting import running
+from support.review_server import HANG, ReviewServer
+from support.waiting import running
 
 from ulogstream.config.loader import load_settings
 from ulogstream.config.sections import FlightReviewSettings, UploadSettings

@@ -14,7 +14,7 @@ import socket
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import (
+from support.processes import (
     SIM_SYS_UUID,
     Process,
     make_flight,
@@ -22,14 +22,14 @@ from daemon.support import (
     subscriber,
     with_sys_uuid,
 )
-from waiting import eventually
+from support.waiting import eventually
 
 from ulogstream.cli.demo import free_udp_port
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from mqtt.conftest import Broker
+    from support.broker import Broker
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(90)]
 

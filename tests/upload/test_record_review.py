@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import Process, make_flight, recordings
-from upload.review_server import ReviewServer
+from support.processes import Process, make_flight, recordings
+from support.review_server import ReviewServer
 
 from ulogstream.cli.demo import free_udp_port
 from ulogstream.recorder.wiring import UPLOAD_QUEUE_FOLDER

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pytest
-from mqtt.conftest import free_port
 from obstore.exceptions import GenericError, PermissionDeniedError
-from waiting import POLL_INTERVAL, WAIT_LIMIT, eventually, holds_for, running
+from support.broker import free_port
+from support.waiting import POLL_INTERVAL, WAIT_LIMIT, eventually, holds_for, running
 
 from ulogstream.config.loader import COMMAND_LINE, load_settings
 from ulogstream.config.sections import S3Settings, UploadSettings

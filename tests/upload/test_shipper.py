@@ -10,7 +10,7 @@ import shutil
 from typing import TYPE_CHECKING
 
 import pytest
-from waiting import eventually, running
+from support.waiting import eventually, running
 
 from ulogstream.config.sections import UploadSettings
 from ulogstream.recorder.identity import recalled_sys_uuid, remember_sys_uuid

@@ -10,8 +10,8 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
-from upload.review_server import ReviewServer
-from waiting import eventually, running
+from support.review_server import ReviewServer
+from support.waiting import eventually, running
 
 from ulogstream.config.sections import (
     FlightReviewSettings,

@@ -85,6 +85,11 @@ def is_sample(message: MqttMessage) -> bool:
     return not message.retain and message.topic.rpartition("/")[2].isdigit()
 
 
+_ROUNDING = 1e-9
+"""Tokens a refill may miss by float rounding: a caller that waited :meth:`TokenBucket.wait`'s
+seconds must get its token, or it would wait a few nanoseconds again and again."""
+
+
 class TokenBucket:
     """``rate`` tokens per second, at most ``capacity`` saved up; may run into debt to ``-floor``.
 
@@ -107,9 +112,9 @@ class TokenBucket:
         self._stamp = now
 
     def take(self, now: float) -> bool:
-        """Take one token if there is one."""
+        """Take one token if there is one (after :meth:`wait`'s seconds there is)."""
         self._refill(now)
-        if self.tokens >= 1.0:
+        if self.tokens >= 1.0 - _ROUNDING:
             self.tokens -= 1.0
             return True
         return False
@@ -122,7 +127,7 @@ class TokenBucket:
     def wait(self, now: float) -> float:
         """Seconds until a token is there (0: now)."""
         self._refill(now)
-        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
+        return 0.0 if self.tokens >= 1.0 - _ROUNDING else (1.0 - self.tokens) / self.rate
 
 
 class Outbox:

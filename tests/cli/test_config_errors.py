@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import clean_environment, received
+from support.processes import clean_environment, received
 
 if TYPE_CHECKING:
     import socket

@@ -139,3 +139,10 @@ T = TypeVar("T")
 def of_type(events: Iterable[object], kind: type[T]) -> list[T]:
     """The events of one type, in order."""
     return [e for e in events if isinstance(e, kind)]
+
+
+EXTRA_ROWS = {
+    "px4-ulog-rs__corrupt_format_not_utf8.ulg": 25,
+    "px4-ulog-rs__corrupt_unregistered_msg_id.ulg": 276,
+}
+"""Rows we recover that pyulog loses, by file (every other file: exactly pyulog's rows)."""

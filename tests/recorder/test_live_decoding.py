@@ -6,10 +6,10 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import shared_ulg
-from daemon.support import json_samples, recordings, subscriber
-from e2e.support import flight_log, record, recorder_settings, vehicle_packets
-from waiting import eventually
+from support.end_to_end import flight_log, record, recorder_settings, vehicle_packets
+from support.processes import json_samples, recordings, subscriber
+from support.shared_data import shared_ulg
+from support.waiting import eventually
 
 from ulogstream.adapters.file_sink import UlgFileSink
 from ulogstream.adapters.log_files import LogFiles
@@ -30,7 +30,7 @@ from ulogstream.stream.session import LoggingSession
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from mqtt.conftest import Broker
+    from support.broker import Broker
 
     from ulogstream.recorder.recorder import Recorder
 

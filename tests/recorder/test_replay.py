@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import aiomqtt
 import pytest
-from waiting import eventually
+from support.waiting import eventually
 
 from ulogstream.config.sections import MqttSettings
 from ulogstream.errors import ConfigError
@@ -25,7 +25,7 @@ from ulogstream.ulog.writer import ULogWriter
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from mqtt.conftest import Broker
+    from support.broker import Broker
 
     from ulogstream.live.outbox import MqttMessage
 

@@ -13,7 +13,7 @@ import pytest
 from bench.bench_pipeline import pipeline_on_files
 from bench.bench_receive import recorded_stream
 from mcap.reader import make_reader
-from waiting import eventually
+from support.waiting import eventually
 
 from ulogstream.adapters.file_sink import UlgFileSink
 from ulogstream.adapters.mqtt_sink import MqttSink

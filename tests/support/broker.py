@@ -1,7 +1,7 @@
-"""A real mosquitto per test: plain, TLS (certificates made by the openssl CLI) and password auth.
+"""A real mosquitto under test control: its process, config, certificates (openssl CLI), ports.
 
-Each fixture writes a config into ``tmp_path``, starts ``mosquitto`` on a free 127.0.0.1 port,
-waits until it accepts TCP connections, yields a :class:`Broker` and kills it afterwards.
+The fixtures in tests/conftest.py write a config into ``tmp_path``, start ``mosquitto`` on a free
+127.0.0.1 port, wait until it accepts TCP connections, yield a :class:`Broker` and kill it after.
 """
 
 from __future__ import annotations
@@ -121,40 +121,12 @@ def broker_config(tmp_path: Path, name: str, port: int, extra: str) -> Path:
     return path
 
 
-def _running(broker: Broker) -> Iterator[Broker]:
+def running_broker(broker: Broker) -> Iterator[Broker]:
     broker.start()
     try:
         yield broker
     finally:
         broker.stop()
-
-
-@pytest.fixture(name="mosquitto")
-def fixture_mosquitto(tmp_path: Path) -> Iterator[Broker]:
-    """An anonymous plain-TCP broker."""
-    port = free_port()
-    config = broker_config(tmp_path, "mosquitto", port, "allow_anonymous true\n")
-    yield from _running(Broker("127.0.0.1", port, config))
-
-
-@pytest.fixture(name="mosquitto_auth")
-def fixture_mosquitto_auth(tmp_path: Path) -> Iterator[Broker]:
-    """A broker that only lets ``USERNAME``/``PASSWORD`` in (file made by mosquitto_passwd)."""
-    passwd_tool = shutil.which("mosquitto_passwd")
-    if passwd_tool is None:
-        pytest.skip("mosquitto_passwd is not installed (Debian package 'mosquitto')")
-    password_file = tmp_path / "passwd"
-    subprocess.run(
-        [passwd_tool, "-b", "-c", str(password_file), USERNAME, PASSWORD],
-        check=True,
-        capture_output=True,
-    )
-    password_file.chmod(0o600)
-    port = free_port()
-    extra = f"allow_anonymous false\npassword_file {password_file}\n"
-    config = broker_config(tmp_path, "mosquitto-auth", port, extra)
-    broker = Broker("127.0.0.1", port, config, username=USERNAME, password=PASSWORD)
-    yield from _running(broker)
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -185,28 +157,3 @@ def make_certificates(directory: Path) -> dict[str, Path]:
         name: directory / name
         for name in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")
     }
-
-
-@pytest.fixture(name="mosquitto_tls")
-def fixture_mosquitto_tls(tmp_path: Path) -> Iterator[Broker]:
-    """A TLS-only broker that requires a client certificate signed by the test CA."""
-    certs = make_certificates(tmp_path / "certs")
-    port = free_port()
-    extra = (
-        "allow_anonymous true\n"
-        f"cafile {certs['ca.crt']}\n"
-        f"certfile {certs['server.crt']}\n"
-        f"keyfile {certs['server.key']}\n"
-        "require_certificate true\n"
-    )
-    config = broker_config(tmp_path, "mosquitto-tls", port, extra)
-    broker = Broker(
-        "127.0.0.1",
-        port,
-        config,
-        scheme="mqtts",
-        ca_file=certs["ca.crt"],
-        client_cert=certs["client.crt"],
-        client_key=certs["client.key"],
-    )
-    yield from _running(broker)

@@ -8,7 +8,8 @@ import signal
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import (
+from support.broker import Broker, broker_config, free_port, make_certificates
+from support.processes import (
     Process,
     assert_valid_ulog,
     daemon_config,
@@ -19,8 +20,7 @@ from daemon.support import (
     start_vehicle,
     subscriber,
 )
-from mqtt.conftest import Broker, broker_config, free_port, make_certificates
-from waiting import eventually
+from support.waiting import eventually
 
 from ulogstream.adapters.ulog_file import read
 from ulogstream.cli.demo import free_udp_port

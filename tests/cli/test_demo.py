@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import (
+from support.processes import (
     Process,
     assert_subsequence_of_source,
     assert_valid_ulog,
@@ -25,7 +25,7 @@ from daemon.support import (
     recordings,
     subscriber,
 )
-from waiting import eventually
+from support.waiting import eventually
 
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.ulog.spec import MessageType
@@ -33,7 +33,7 @@ from ulogstream.ulog.spec import MessageType
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from mqtt.conftest import Broker
+    from support.broker import Broker
 
 DURATION = "4"
 SPEED = "4"

@@ -15,7 +15,7 @@ from bench.bench_soak import soak
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from mqtt.conftest import Broker
+    from support.broker import Broker
 
 MAX_RSS_GROWTH_KB = 10 * 1024
 

@@ -15,7 +15,8 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import (
+from support.end_to_end import FdTransport, PtyPair
+from support.processes import (
     Flight,
     Process,
     assert_valid_ulog,
@@ -26,9 +27,8 @@ from daemon.support import (
     recordings,
     start_vehicle,
 )
-from e2e.support import FdTransport, PtyPair
-from link.support import point_symlink
-from waiting import stays_true, wait_until
+from support.pty_links import point_symlink
+from support.waiting import stays_true, wait_until
 
 from ulogstream.cli.demo import free_udp_port
 from ulogstream.sim.vehicle import VehicleConfig

@@ -10,8 +10,8 @@ import signal
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import Process, clean_environment, daemon_config, received
-from waiting import wait_until
+from support.processes import Process, clean_environment, daemon_config, received
+from support.waiting import wait_until
 
 from ulogstream.cli.demo import free_udp_port
 

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from conftest import shared_ulg
 from pyulog import ULog
-from waiting import wait_until
+from support.shared_data import shared_ulg
+from support.waiting import wait_until
 
 from ulogstream.cli.demo import free_udp_port
 from ulogstream.export.rostypes import ros_topic

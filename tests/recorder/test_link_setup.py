@@ -15,8 +15,8 @@ import termios
 from typing import TYPE_CHECKING
 
 import pytest
-from daemon.support import Process, daemon_config
-from e2e.support import PtyPair
+from support.end_to_end import PtyPair
+from support.processes import Process, daemon_config
 
 from ulogstream.cli.demo import free_udp_port
 from ulogstream.config.sections import LinkSettings, RecordingSettings, Settings

@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING
 import aiomqtt
 import paho.mqtt.client as paho
 import pytest
-from mqtt.conftest import free_port
 from paho.mqtt.enums import CallbackAPIVersion
-from waiting import eventually, running
+from support.broker import free_port
+from support.waiting import eventually, running
 
 from ulogstream.adapters.mqtt_sink import MqttSink
 from ulogstream.config.sections import MqttSettings
-from ulogstream.live.outbox import MqttMessage, TokenBucket, is_sample
+from ulogstream.live.outbox import MqttMessage
 from ulogstream.recorder.identity import vehicle_id_of
 from ulogstream.recorder.wiring import build_publisher
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from mqtt.conftest import Broker
+    from support.broker import Broker
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.broker]
 
@@ -203,27 +203,6 @@ async def test_a_reconnect_re_sends_retained_topics_at_the_set_rate(mosquitto: B
     # live data is not held back behind the re-send
     live = got.on("/json/")[0][0]
     assert live < resent[-1]
-
-
-def test_samples_are_recognized_by_their_instance_level() -> None:
-    assert is_sample(MqttMessage("r/v/json/attitude/0", b""))
-    assert is_sample(MqttMessage("r/v/ulog/attitude/12", b""))
-    assert not is_sample(MqttMessage("r/v/log", b""))
-    assert not is_sample(MqttMessage("r/v/meta/log_finished", b""))
-    assert not is_sample(MqttMessage("r/v/param/MPC_0", b"", retain=True))
-
-
-def test_a_token_bucket_refills_at_its_rate_and_spends_into_debt() -> None:
-    now = time.monotonic()
-    bucket = TokenBucket(10.0, 2.0, now=now, floor=3.0)
-    assert bucket.take(now)
-    assert bucket.take(now)
-    assert not bucket.take(now)
-    assert bucket.wait(now) == pytest.approx(0.1, abs=0.01)
-    for _ in range(10):
-        bucket.spend(now)
-    assert bucket.tokens == pytest.approx(-3.0, abs=0.05)
-    assert bucket.take(now + 0.41)
 
 
 @pytest.mark.asyncio

@@ -5,7 +5,7 @@ import socket
 from typing import TYPE_CHECKING
 
 import pytest
-from link.support import receive_exactly
+from support.pty_links import receive_exactly
 
 from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.tcp_transport import TcpServerTransport, TcpTransport

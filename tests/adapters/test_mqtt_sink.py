@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import aiomqtt
 import numpy as np
 import pytest
-from waiting import eventually, holds_for, running
+from support.waiting import eventually, holds_for, running
 
 from ulogstream.adapters.mqtt_sink import MqttSink
 from ulogstream.config.sections import MqttSettings, mqtt_password
@@ -38,7 +38,7 @@ from ulogstream.ulog.writer import ULogWriter
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
-    from mqtt.conftest import Broker
+    from support.broker import Broker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -639,17 +639,15 @@ def test_password_settings_are_checked(tmp_path: Path) -> None:
         )
 
 
-def test_offer_drops_the_oldest_sample_but_keeps_the_newest_retained_per_topic() -> None:
+def test_offer_never_waits_for_the_broker() -> None:
+    # what the outbox keeps is tests/live/test_outbox.py's; the sink only must not block
     sink = MqttSink(urls=("mqtt://127.0.0.1:1",), client_id="test", protocol="5", outbox_size=3)
     started = time.perf_counter()
     for i in range(5):
         sink.offer(MqttMessage("v/json/d/0", bytes([i])))
         sink.offer(MqttMessage("r", bytes([i]), retain=True))
-    assert time.perf_counter() - started < 0.1  # never waits
-    assert sink.dropped == 2
-    assert [m.payload for m in sink.outbox._samples] == [b"\x02", b"\x03", b"\x04"]
-    assert [m.payload for m in sink.outbox._pending_retained.values()] == [b"\x04"]
-    assert sink.pending == 4
+    assert time.perf_counter() - started < 0.1
+    assert (sink.dropped, sink.pending) == (2, 4)
 
 
 @pytest.mark.broker

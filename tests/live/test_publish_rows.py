@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from conftest import shared_ulg
 from pyulog import ULog
+from support.shared_data import shared_ulg
 
 from ulogstream.live.policy import PublishPolicy, TopicChoice
 from ulogstream.sim.flightlog import generate_flight_log

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from link.support import point_symlink, receive_exactly
+from support.pty_links import point_symlink, receive_exactly
 
 from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.serial_transport import SerialTransport
