@@ -161,7 +161,7 @@ async def measure(case: Case, directory: Path) -> Result:
     no_window = message_bytes(theoretical_maximum(log, packets, delivered))
     kept = sum(message_bytes(recorded_items(path.read_bytes())[0]) for path in run.files)
     pipeline = run.recorder.pipeline
-    late = 0 if pipeline is None else pipeline.session.counters.late
+    late = 0 if pipeline is None else pipeline.session.counters.packets_late
     return Result(case, len(delivered), late, len(run.files), maximum, kept, no_window, seconds)
 
 

@@ -58,7 +58,7 @@ async def test_the_file_opening_late_does_not_make_the_outlets_forget_the_topics
         for number, datagram in enumerate(datagrams[:half]):
             pipeline.receive(datagram, number / 2100)
         pipeline.live.drain()  # decoded before the worker's LogOpened is handled
-        await eventually(lambda: status.log_path is not None, what="the log file opened")
+        await eventually(lambda: status.log_file is not None, what="the log file opened")
         for number, datagram in enumerate(datagrams[half:], half):
             pipeline.receive(datagram, number / 2100)
         pipeline.live.drain()

@@ -150,7 +150,7 @@ def test_copy_of_packet_zero_later_is_a_duplicate_not_a_new_log() -> None:
     assert written(outputs) == ULOG
     assert of_type(outputs, LogEnded) == []
     assert reassembler.counters.duplicates == 1
-    assert reassembler.counters.logs == 1
+    assert reassembler.counters.logs_started == 1
 
 
 def test_identical_packet_zero_far_into_a_log_starts_a_new_log() -> None:
@@ -159,7 +159,7 @@ def test_identical_packet_zero_far_into_a_log_starts_a_new_log() -> None:
     copy_at = PACKET0_COPY_WINDOW + 2
     outputs = feed([*PACKETS[:copy_at], *PACKETS], reassembler)
     assert of_type(outputs, LogEnded) == [LogEnded(LogEndReason.NEW_LOG, complete=False)]
-    assert reassembler.counters.logs == 2
+    assert reassembler.counters.logs_started == 2
     second = outputs[outputs.index(LogEnded(LogEndReason.NEW_LOG, complete=False)) :]
     assert written(second) == ULOG
 
@@ -169,14 +169,14 @@ def test_swapped_packets_are_put_back_in_order() -> None:
     outputs = feed([*PACKETS[:10], PACKETS[11], PACKETS[10], *PACKETS[12:]], reassembler)
     assert written(outputs) == ULOG
     assert of_type(outputs, PacketsLost) == []
-    assert (reassembler.counters.late, reassembler.counters.stale) == (1, 0)
+    assert (reassembler.counters.packets_late, reassembler.counters.stale) == (1, 0)
 
 
 def test_packet_arriving_after_its_window_ran_out_is_dropped_as_stale() -> None:
     reassembler = LogStreamReassembler(reorder_packets=4, reorder_time=10.0)
     outputs = feed([*PACKETS[:10], *PACKETS[11:17], PACKETS[10], *PACKETS[17:]], reassembler)
     assert of_type(outputs, PacketsLost) == [PacketsLost(11, 1)]
-    assert (reassembler.counters.late, reassembler.counters.stale) == (0, 1)
+    assert (reassembler.counters.packets_late, reassembler.counters.stale) == (0, 1)
 
 
 def test_window_runs_out_after_reorder_time_on_the_timer() -> None:
@@ -210,7 +210,7 @@ def test_window_of_a_packet_held_behind_a_second_gap_counts_from_its_own_arrival
     out += feed(PACKETS[14:], reassembler, start=0.12)
     assert of_type(out, PacketsLost) == []
     assert written(out) == ULOG
-    assert reassembler.counters.late == 2
+    assert reassembler.counters.packets_late == 2
 
 
 def test_window_holds_at_most_reorder_packets() -> None:
@@ -294,7 +294,12 @@ def test_sequence_wraps_around_without_loss_or_false_duplicates() -> None:
                 assert isinstance(output, SendAck | LogStarted), output
     assert chunks == ulog
     counters = reassembler.counters
-    assert (counters.duplicates, counters.stale, counters.gaps, counters.logs) == (0, 0, 0, 1)
+    assert (counters.duplicates, counters.stale, counters.gaps, counters.logs_started) == (
+        0,
+        0,
+        0,
+        1,
+    )
 
 
 def test_identical_packet_zero_just_after_a_wrap_starts_a_new_log() -> None:
@@ -304,7 +309,7 @@ def test_identical_packet_zero_just_after_a_wrap_starts_a_new_log() -> None:
     reassembler._last_sequence = 3  # as if 65536 + 3 packets had passed
     outputs = reassembler.receive_packet(PACKETS[0], 1.0)
     assert of_type(outputs, LogEnded) == [LogEnded(LogEndReason.NEW_LOG, complete=False)]
-    assert reassembler.counters.logs == 2
+    assert reassembler.counters.logs_started == 2
 
 
 def test_loss_across_the_wrap_counts_the_right_number_of_packets() -> None:
@@ -529,7 +534,7 @@ def test_new_log_mid_stream_ends_the_current_one_and_starts_another() -> None:
     assert outputs[ended - 1] == SendAck(0, 1, 1)  # the ack still comes first
     assert outputs[ended + 1] == LogStarted(456)
     assert written(outputs[ended:]) == second_ulog
-    assert reassembler.counters.logs == 2
+    assert reassembler.counters.logs_started == 2
 
 
 def test_new_log_is_not_opened_when_not_accepted_but_ends_the_current_one() -> None:

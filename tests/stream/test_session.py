@@ -257,7 +257,7 @@ def test_every_acked_copy_is_acked_before_any_other_output() -> None:
         assert outputs[0] == SendAck(packet.sequence, 1, 1)
         assert of_type(outputs, SendAck) == [outputs[0]]
     assert session.counters.duplicates == 1
-    assert (session.counters.packets_lost, session.counters.late) == (1, 0)  # 12 never came
+    assert (session.counters.packets_lost, session.counters.packets_late) == (1, 0)  # 12 never came
 
 
 @pytest.mark.parametrize(
@@ -461,7 +461,7 @@ def test_short_outage_keeps_the_log_and_marks_a_measured_dropout() -> None:
     assert state(session) is SessionState.STREAMING
     assert of_type(outputs, LogEnded) == []
     assert of_type(outputs, SendCommand) == []  # never STOP a stream that is still coming
-    assert session.counters.logs == 1
+    assert session.counters.logs_started == 1
     assert session.counters.dropouts == 1
     dropout = written(outputs).index(b"\x02\x00O")
     duration = int.from_bytes(written(outputs)[dropout + 3 : dropout + 5], "little")
@@ -481,7 +481,7 @@ def test_outage_longer_than_the_grace_period_ends_the_log_then_starts() -> None:
     outputs = feed(session, PACKETS, start=11.1)
     assert outputs[1] == LogStarted(123)
     assert written(outputs) == ULOG
-    assert session.counters.logs == 2
+    assert session.counters.logs_started == 2
 
 
 def test_outage_past_the_timeout_then_the_same_logs_data_continues_it_in_a_new_file() -> None:
@@ -510,7 +510,7 @@ def test_outage_past_the_timeout_then_the_same_logs_data_continues_it_in_a_new_f
     assert ULOG.endswith(rest)  # then the log as PX4 sent it, from its next message on
     assert len(ULOG) - len(rest) in {m.start for m in messages(ULOG)}
     assert written(before) + rest != ULOG  # what the outage took is marked, not invented
-    assert session.counters.logs == 1  # one log, in two files
+    assert session.counters.logs_started == 1  # one log, in two files
 
 
 def test_rejected_while_the_ended_log_may_come_back_stops_only_after_the_data_timeout() -> None:
@@ -580,7 +580,7 @@ def test_probe_accepted_means_a_new_log_the_old_one_ends() -> None:
     assert state(session) is SessionState.STREAMING
     outputs = feed(session, PACKETS, start=5.2)
     assert outputs[1] == LogStarted(123)
-    assert session.counters.logs == 2
+    assert session.counters.logs_started == 2
 
 
 def test_start_accepted_but_no_data_asks_again_without_a_log_end() -> None:

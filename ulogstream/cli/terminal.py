@@ -140,7 +140,7 @@ def exit_summary(recorder: Recorder) -> list[str]:
     status = recorder.status
     finished = list(status.finished)
     size = sum(log.size for log in finished)
-    logs = plural(status.logs_finished, "log")
+    logs = plural(status.logs, "log")
     first = (
         f"{logs} recorded ({size / 1e6:.2f} MB), {plural(status.packets, 'packet')} received,"
         f" {status.packets_lost} lost in {plural(status.gaps, 'gap')},"

@@ -22,7 +22,7 @@ from ulogstream.adapters.log_files import (
     LogOpened,
 )
 from ulogstream.recorder.decoding import LiveDecoder, Publisher
-from ulogstream.recorder.status import RecorderStatus
+from ulogstream.recorder.status import SESSION_COUNTERS, RecorderStatus
 from ulogstream.stream import (
     FramingMismatch,
     LogEnded,
@@ -279,7 +279,7 @@ class Pipeline:
         self._log_id = self.files.start_log(continues=continued)
         self._log_timestamp_us = timestamp_us
         self.status.state = "streaming"
-        self.status.log_path = None
+        self.status.log_file = None
 
     def _log_ended(self, ended: LogEnded, now: float) -> None:
         self.live.close_parser(now)
@@ -304,7 +304,7 @@ class Pipeline:
                         self._disk_full_since = None
                         status.disk_full = False
                         status.error = None
-                    status.log_path = path
+                    status.log_file = path
                     self._publish_log_started(path)
             case LogDiscarded(_, discarded):
                 status.logs_discarded += 1
@@ -313,14 +313,14 @@ class Pipeline:
                     "stopped it during the header; its parameters come again in the next log)",
                     discarded.part_path.name,
                 )
-                if status.log_path == discarded.part_path:
-                    status.log_path = None
+                if status.log_file == discarded.part_path:
+                    status.log_file = None
             case LogFinished(_, finished, how):
                 self._finished_dropped += finished.dropped_bytes
                 status.finished.append(finished)
-                status.logs_finished += 1
-                if status.log_path == finished.path.with_name(finished.path.name + ".part"):
-                    status.log_path = None
+                status.logs += 1
+                if status.log_file == finished.path.with_name(finished.path.name + ".part"):
+                    status.log_file = None
                 logger.info("log finished: %s (%d bytes, %s)", finished.path, finished.size, how)
                 if self.on_log_finished is not None:
                     self.on_log_finished(finished, how)
@@ -329,7 +329,7 @@ class Pipeline:
                 status.error = f"{error}{kept}; recording goes on with the next log"
                 logger.error("%s", status.error)
                 if current:
-                    status.log_path = None
+                    status.log_file = None
                     if path is None:
                         self._publish_log_started(None)
             case DiskFull(log_id, error):
@@ -344,7 +344,7 @@ class Pipeline:
                 status.state = "disk full"
                 if log_id == self._log_id and self.files.log_open:
                     self.files.finish_log("incomplete: disk full")
-                    status.log_path = None
+                    status.log_file = None
                 if self._disk_retry_at is None:
                     self._disk_retry_at = now + DISK_RETRY_S
 
@@ -361,13 +361,8 @@ class Pipeline:
         """Copy the counters of the session, codec, sink and MQTT into :attr:`status`."""
         counters = self.session.counters
         status = self.status
-        status.packets = counters.packets
-        status.gaps = counters.gaps
-        status.packets_lost = counters.packets_lost
-        status.late = counters.late
-        status.stale = counters.stale
-        status.dropouts = counters.dropouts
-        status.mismatches = counters.mismatches
+        for name in SESSION_COUNTERS:
+            setattr(status, name, getattr(counters, name))
         status.bytes_total = counters.bytes_written
         status.log_bytes = self.files.log_bytes if self.files.log_open else 0
         files = self.files

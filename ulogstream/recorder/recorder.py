@@ -32,7 +32,13 @@ from ulogstream.errors import LinkError
 from ulogstream.recorder.decoding import Publisher
 from ulogstream.recorder.identity import remember_sys_uuid
 from ulogstream.recorder.pipeline import Pipeline, _drop
-from ulogstream.recorder.status import RecorderStatus, _state_text, status_fields
+from ulogstream.recorder.status import (
+    RecorderStatus,
+    link_hint,
+    state_text,
+    status_fields,
+    status_line,
+)
 from ulogstream.stream import (
     Heartbeat,
     LogEnded,
@@ -134,7 +140,7 @@ def final_status(pipeline: Pipeline, publisher: Publisher) -> list[MqttMessage]:
     pipeline.refresh_status()
     status = pipeline.status
     fields = status_fields(status)
-    if status.log_path is None and status.finished:
+    if status.log_file is None and status.finished:
         fields["log_file"] = str(status.finished[-1].path)
     now = time.monotonic()
     publisher.policy.update_status(now, fields=fields)
@@ -584,7 +590,7 @@ class Recorder:
                 elif pipeline.disk_full:
                     pipeline.status.state = "disk full"
                 else:
-                    pipeline.status.state = _state_text(
+                    pipeline.status.state = state_text(
                         pipeline.session.state, pipeline.status.state
                     )
                 pipeline.timer(now)
@@ -697,56 +703,20 @@ class Recorder:
             await asyncio.sleep(STATUS_INTERVAL_S)
 
     def link_hint(self, codec: MavlinkCodec) -> str | None:
-        """What is likely wrong with a link on which ``codec`` found no valid MAVLink yet.
-
-        Returns:
-            One line for the log, or None when a valid MAVLink frame has arrived.
-        """
-        if codec.valid_frames:
-            return None
-        spec = self.parts.connection
-        serial = spec.device is not None
-        if codec.skipped_bytes or codec.buffered or codec.bad_frames:
-            if self.parts.signed and codec.bad_frames:
-                why = "is the signing key PX4's?"
-            elif serial:
-                why = "wrong baud rate? try 921600 or 57600, PX4's TELEM2 and TELEM1 defaults"
-            else:
-                why = "is it another program's port? does the sender speak MAVLink 2?"
-            return f"bytes arrive on {spec} but no valid MAVLink ({why})"
-        if serial:
-            why = "wrong port? is PX4's MAV_x_CONFIG set for this port?"
-        else:
-            why = "wrong address or port? is a PX4 MAVLink instance sending to it?"
-        return f"nothing arrives on {spec} ({why})"
+        """What is likely wrong with the link, or None (see :func:`status.link_hint`)."""
+        return link_hint(codec, connection=self.parts.connection, signed=self.parts.signed)
 
     def status_text(self) -> str:
-        """One line: state, file, bytes, rate, packets, gaps, dropouts (MQTT, uploads)."""
-        status = self.status
-        name = "-" if status.log_path is None else status.log_path.name
-        gaps = "1 gap" if status.gaps == 1 else f"{status.gaps} gaps"
-        dropouts = "1 dropout" if status.dropouts == 1 else f"{status.dropouts} dropouts"
-        rate = "-" if status.bytes_per_s is None else f"{status.bytes_per_s / 1e3:.0f}"
-        text = (
-            f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
-            f"{rate} KB/s, {status.packets} packets, "
-            f"{gaps} ({status.packets_lost} lost, {status.late} late), {dropouts}"
+        """The status line of the first vehicle (see :func:`status.status_line`)."""
+        self._count_uploads(self.status)
+        foxglove = self.foxglove
+        return status_line(
+            self.status,
+            vehicles=len(self.vehicles),
+            mqtt=self.publisher is not None,
+            foxglove=None if foxglove is None else (foxglove.url, foxglove.sent),
+            uploads=self.shipper.uploads,
         )
-        if len(self.vehicles) > 1:
-            text += f" (first of {len(self.vehicles)} vehicles)"
-        if self.publisher is not None:
-            link = "up" if status.mqtt_connected else "down"
-            text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
-        if self.foxglove is not None:
-            text += f", foxglove {self.foxglove.url} {self.foxglove.sent} sent"
-        shipper = self.shipper
-        if shipper.uploads and (shipper.backlog or shipper.uploaded or shipper.failed):
-            text += f", uploads {shipper.uploaded} done {shipper.backlog} waiting"
-            if shipper.failed:
-                text += f" {shipper.failed} failed"
-            if shipper.held:
-                text += " (held: armed)"
-        return text
 
     def _draw_status(self, *, final: bool = False) -> None:
         view = self._status_view

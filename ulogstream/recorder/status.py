@@ -1,4 +1,4 @@
-"""What the recorder shows: one set of counter names for the status line, MQTT and the journal."""
+"""What the recorder shows, under one set of counter names (status line, MQTT, journal, exit)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ulogstream.stream import (
-    SessionState,
-)
+from ulogstream.stream import SessionState
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ulogstream.adapters.file_sink import (
-        FinishedLog,
-    )
+    from ulogstream.adapters.file_sink import FinishedLog
+    from ulogstream.config.values import ConnectionSpec
+    from ulogstream.mavlink_codec import MavlinkCodec
 
 
 FINISHED_LOGS_KEPT = 100
@@ -33,20 +31,27 @@ class TopicStats:
 
 @dataclass(slots=True)
 class RecorderStatus:
-    """What the status line, the MQTT status and the journal show."""
+    """What the status line, the MQTT status, the journal and the exit summary show.
+
+    A counter has one name everywhere: the fields named in :data:`STATUS_FIELDS` are published
+    and logged under their own names; the session's counters keep theirs too
+    (:data:`SESSION_COUNTERS`).
+    """
 
     state: str = "starting"
     link: str = ""
-    log_path: Path | None = None
+    log_file: Path | None = None
+    """The file being written (``.part``), None between logs."""
     log_bytes: int = 0
-    logs_finished: int = 0
+    logs: int = 0
+    """Logs finished (files kept)."""
     bytes_total: int = 0
     bytes_per_s: float | None = None
     """Recording rate over the last second; None until a second has been measured."""
     packets: int = 0
     gaps: int = 0
     packets_lost: int = 0
-    late: int = 0
+    packets_late: int = 0
     stale: int = 0
     dropouts: int = 0
     mismatches: int = 0
@@ -82,31 +87,121 @@ class RecorderStatus:
     error: str | None = None
 
 
+SESSION_COUNTERS = (
+    "packets",
+    "gaps",
+    "packets_lost",
+    "packets_late",
+    "stale",
+    "dropouts",
+    "mismatches",
+)
+"""Counters of :class:`~ulogstream.stream.StreamCounters` shown under the same name."""
+
+STATUS_FIELDS = (
+    "log_file",
+    "log_bytes",
+    "logs",
+    "packets",
+    "gaps",
+    "packets_lost",
+    "packets_late",
+    "dropouts",
+    "bad_frames",
+    "link_reconnects",
+    "mqtt_dropped",
+    "mqtt_unpublishable",
+    "mqtt_capped",
+    "uploads",
+    "upload_failures",
+    "upload_backlog",
+    "upload_held",
+    "error",
+)
+"""The fields of :class:`RecorderStatus` in MQTT ``meta/status`` and the journal's lines."""
+
+
 def status_fields(status: RecorderStatus) -> dict[str, str | int | float | bool | None]:
-    """The status counters as MQTT status fields and journal key=value pairs."""
-    return {
-        "log_file": None if status.log_path is None else str(status.log_path),
-        "log_bytes": status.log_bytes,
-        "logs": status.logs_finished,
-        "packets": status.packets,
-        "gaps": status.gaps,
-        "packets_lost": status.packets_lost,
-        "packets_late": status.late,
-        "dropouts": status.dropouts,
-        "bad_frames": status.bad_frames,
-        "link_reconnects": status.link_reconnects,
-        "mqtt_dropped": status.mqtt_dropped,
-        "mqtt_unpublishable": status.mqtt_unpublishable,
-        "mqtt_capped": status.mqtt_capped,
-        "uploads": status.uploads,
-        "upload_failures": status.upload_failures,
-        "upload_backlog": status.upload_backlog,
-        "upload_held": status.upload_held,
-        "error": status.error,
-    }
+    """The :data:`STATUS_FIELDS` of ``status`` by name (a path as text)."""
+    fields: dict[str, str | int | float | bool | None] = {}
+    for name in STATUS_FIELDS:
+        value = getattr(status, name)
+        fields[name] = (
+            value if value is None or isinstance(value, str | int | float) else str(value)
+        )
+    return fields
 
 
-def _state_text(state: SessionState, current: str) -> str:
+def _plural(count: int, noun: str) -> str:
+    return f"1 {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def status_line(
+    status: RecorderStatus,
+    *,
+    vehicles: int,
+    mqtt: bool,
+    foxglove: tuple[str, int] | None,
+    uploads: bool,
+) -> str:
+    """One line: state, file, bytes, rate, packets, gaps, dropouts (MQTT, Foxglove, uploads).
+
+    Args:
+        status: The first vehicle's status (uploads are recorder-wide).
+        vehicles: How many vehicles are recorded.
+        mqtt: Whether MQTT publishing is on.
+        foxglove: The live view's URL and messages sent, when it is on.
+        uploads: Whether finished logs are uploaded.
+    """
+    name = "-" if status.log_file is None else status.log_file.name
+    rate = "-" if status.bytes_per_s is None else f"{status.bytes_per_s / 1e3:.0f}"
+    text = (
+        f"{status.state}: {name} {status.log_bytes / 1e6:.2f} MB "
+        f"{rate} KB/s, {status.packets} packets, "
+        f"{_plural(status.gaps, 'gap')} ({status.packets_lost} lost, {status.packets_late} late),"
+        f" {_plural(status.dropouts, 'dropout')}"
+    )
+    if vehicles > 1:
+        text += f" (first of {vehicles} vehicles)"
+    if mqtt:
+        link = "up" if status.mqtt_connected else "down"
+        text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
+    if foxglove is not None:
+        text += f", foxglove {foxglove[0]} {foxglove[1]} sent"
+    if uploads and (status.upload_backlog or status.uploads or status.upload_failures):
+        text += f", uploads {status.uploads} done {status.upload_backlog} waiting"
+        if status.upload_failures:
+            text += f" {status.upload_failures} failed"
+        if status.upload_held:
+            text += " (held: armed)"
+    return text
+
+
+def link_hint(codec: MavlinkCodec, *, connection: ConnectionSpec, signed: bool) -> str | None:
+    """What is likely wrong with a link on which ``codec`` found no valid MAVLink yet.
+
+    Returns:
+        One line for the log, or None when a valid MAVLink frame has arrived.
+    """
+    if codec.valid_frames:
+        return None
+    serial = connection.device is not None
+    if codec.skipped_bytes or codec.buffered or codec.bad_frames:
+        if signed and codec.bad_frames:
+            why = "is the signing key PX4's?"
+        elif serial:
+            why = "wrong baud rate? try 921600 or 57600, PX4's TELEM2 and TELEM1 defaults"
+        else:
+            why = "is it another program's port? does the sender speak MAVLink 2?"
+        return f"bytes arrive on {connection} but no valid MAVLink ({why})"
+    if serial:
+        why = "wrong port? is PX4's MAV_x_CONFIG set for this port?"
+    else:
+        why = "wrong address or port? is a PX4 MAVLink instance sending to it?"
+    return f"nothing arrives on {connection} ({why})"
+
+
+def state_text(state: SessionState, current: str) -> str:
     """The status line's state for a session state (the streaming text is set by the log)."""
     if state is SessionState.STREAMING:
         return current if current in {"streaming", "idle"} else "streaming"

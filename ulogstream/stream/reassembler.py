@@ -196,7 +196,7 @@ class StreamCounters:
     acked: int = 0
     """LOGGING_ACKs requested (one per LOGGING_DATA_ACKED copy)."""
     duplicates: int = 0
-    late: int = 0
+    packets_late: int = 0
     """Packets that arrived after a successor and were put back in order (not lost)."""
     stale: int = 0
     """Older packets arriving after their gap was declared (dropped)."""
@@ -213,7 +213,7 @@ class StreamCounters:
     mismatches: int = 0
     """Framing resyncs (see :class:`FramingMismatch`)."""
     bytes_written: int = 0
-    logs: int = 0
+    logs_started: int = 0
     """Logs started."""
 
 
@@ -405,7 +405,8 @@ class LogStreamReassembler:
         elif distance >= NEWER_LIMIT:
             counters.stale += 1  # its gap was declared already: the bytes around it are gone
         elif distance == 1:
-            counters.late += 1  # the missing packet, after its successors: put back in order
+            # the missing packet, after its successors: put back in order
+            counters.packets_late += 1
             self._take(packet, max(now, self._last_write_time), out)
             self._take_held_in_order(out)
             if held:  # what is still held waits for another gap: from its own arrival
@@ -574,7 +575,7 @@ class LogStreamReassembler:
         self._rate_mark_sequences = 1 + self.counters.packets_lost
         self._buffer.clear()
         self._buffer += data
-        self.counters.logs += 1
+        self.counters.logs_started += 1
         out.append(LogStarted(unpack_file_header(data, 0)[2]))
         self._frame(HEADER_SIZE, now, out)
 
