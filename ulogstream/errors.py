@@ -1,6 +1,15 @@
-"""The exception family: every error ulogstream reports about the outside world."""
+"""The exception family: every error ulogstream reports about the outside world.
+
+Catch :class:`UlogstreamError` for all of them; each family carries where it happened (a byte
+offset, a packet sequence, a path).
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class UlogstreamError(Exception):
@@ -48,5 +57,37 @@ class LinkError(UlogstreamError):
         self.permanent = permanent
 
 
-class UploadRejectedError(UlogstreamError):
+class ReadError(UlogstreamError):
+    """A file that cannot be read: missing, unreadable, or too large to hold in memory.
+
+    A file that is read but is no valid ULog raises :class:`ULogFormatError` instead.
+
+    Args:
+        message: One sentence naming the file and what to do.
+        path: The file.
+    """
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ExportError(UlogstreamError):
+    """A log that cannot be exported, or an export that cannot be written.
+
+    Args:
+        message: One sentence naming what and where.
+        path: The file or directory being written, when the problem is one.
+    """
+
+    def __init__(self, message: str, *, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class UploadError(UlogstreamError):
+    """An upload that failed this time (no answer, HTTP 5xx, a failed command): retried later."""
+
+
+class UploadRejectedError(UploadError):
     """A remote refused a log for good (an HTTP 400, a bad key): retrying cannot help."""

@@ -19,7 +19,7 @@ from ulogstream.cli import main
 from ulogstream.config.loader import load_settings
 from ulogstream.config.sections import FoxgloveSettings
 from ulogstream.config.values import parse_listen
-from ulogstream.errors import ConfigError, UlogstreamError
+from ulogstream.errors import ConfigError
 from ulogstream.live.encode import RowEncoder, json_sample_time, row_json_schema
 from ulogstream.recorder.wiring import foxglove_view
 
@@ -139,7 +139,7 @@ def test_a_bad_foxglove_address_on_the_command_line_is_one_line(
 def test_an_unknown_host_is_one_error_naming_the_setting() -> None:
     sink = foxglove_view(FoxgloveSettings(enabled=True, listen="no-such-host.invalid:8765"))
     assert sink is not None
-    with pytest.raises(UlogstreamError, match=r"^foxglove.listen no-such-host.invalid:8765: "):
+    with pytest.raises(ConfigError, match=r"^foxglove.listen no-such-host.invalid:8765: "):
         sink.start()
 
 
@@ -198,7 +198,7 @@ def test_an_unreadable_tls_file_is_one_error(tmp_path: Path) -> None:
     )
     sink = foxglove_view(settings)
     assert sink is not None
-    with pytest.raises(UlogstreamError, match=r"^foxglove.tls_cert_file .*missing.pem cannot be"):
+    with pytest.raises(ConfigError, match=r"^foxglove.tls_cert_file .*missing.pem cannot be"):
         sink.start()
 
 

@@ -520,7 +520,7 @@ def test_info_agrees_with_pyulog_on_the_sample_logs(shared_ulg_files: list[Path]
         assert {key: summary.topics[key].message_size for key in sizes} == sizes, log.name
         assert len(summary.dropouts) == len(ulog.dropouts), log.name
         assert summary.initial_parameters == ulog.initial_parameters, log.name
-        assert len(summary.logged) == len(ulog.logged_messages) + sum(
+        assert len(summary.logged_messages) == len(ulog.logged_messages) + sum(
             len(messages) for messages in ulog.logged_messages_tagged.values()
         ), log.name
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pyulog.ulog2csv import convert_ulog2csv
 
-from ulogstream.errors import UlogstreamError
+from ulogstream.errors import ReadError
 from ulogstream.export import csv as csv_export
 from ulogstream.export.csv import csv_columns, export_csv
 from ulogstream.sim.flightlog import generate_flight_log
@@ -153,7 +153,7 @@ def test_stem_strips_only_a_ulg_suffix(tmp_path: Path) -> None:
 
 
 def test_missing_source_is_an_error_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(UlogstreamError, match=r"cannot read ULog file .*nope\.ulg"):
+    with pytest.raises(ReadError, match=r"cannot read ULog file .*nope\.ulg"):
         export_csv(tmp_path / "nope.ulg", tmp_path / "out")
 
 

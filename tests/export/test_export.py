@@ -21,7 +21,7 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from support.shared_data import SHARED_ULG_FILES, shared_ulg
 
 from ulogstream.adapters.ulog_file import read
-from ulogstream.errors import UlogstreamError
+from ulogstream.errors import ExportError, ReadError, ULogFormatError
 from ulogstream.export import rosbag
 from ulogstream.export.mcap import export_mcap
 from ulogstream.export.rosbag import export_rosbag
@@ -572,15 +572,17 @@ def test_corrupt_timestamps_are_clamped_to_valid_ros_times(kind: str, tmp_path: 
 def test_existing_output_is_refused_and_kept(kind: str, feature_log: Path, tmp_path: Path) -> None:
     dst = tmp_path / "taken"
     dst.write_bytes(b"precious")
-    with pytest.raises(UlogstreamError, match="already exists"):
+    with pytest.raises(ExportError, match="already exists") as raised:
         EXPORTERS[kind](feature_log, dst)
+    assert raised.value.path == dst
     assert dst.read_bytes() == b"precious"
 
 
 @pytest.mark.parametrize("kind", ["rosbag", "mcap"])
 def test_missing_input_is_reported(kind: str, tmp_path: Path) -> None:
-    with pytest.raises(UlogstreamError, match="cannot read ULog file"):
+    with pytest.raises(ReadError, match="cannot read ULog file") as raised:
         EXPORTERS[kind](tmp_path / "absent.ulg", tmp_path / "out")
+    assert raised.value.path == tmp_path / "absent.ulg"
     assert not (tmp_path / "out").exists()
 
 
@@ -588,7 +590,7 @@ def test_missing_input_is_reported(kind: str, tmp_path: Path) -> None:
 def test_non_ulog_input_is_reported_and_leaves_no_output(kind: str, tmp_path: Path) -> None:
     src = tmp_path / "bad.ulg"
     src.write_bytes(b"this is not a ULog file at all" * 10)
-    with pytest.raises(UlogstreamError):
+    with pytest.raises(ULogFormatError, match=r"bad\.ulg is not a readable ULog file"):
         EXPORTERS[kind](src, tmp_path / "out", epoch_offset_us=0)
     assert not (tmp_path / "out").exists()
 

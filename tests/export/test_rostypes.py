@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from rosbags.typesys import get_types_from_msg
 
-from ulogstream.errors import UlogstreamError
+from ulogstream.errors import ExportError
 from ulogstream.export.rostypes import (
     PARAMETER_TYPE,
     RosVersion,
@@ -43,7 +43,7 @@ def test_type_names_are_camel_case_in_the_px4_ulog_package() -> None:
 
 
 def test_format_names_that_cannot_be_ros_names_are_refused() -> None:
-    with pytest.raises(UlogstreamError, match="cannot be turned into a ROS message type"):
+    with pytest.raises(ExportError, match="cannot be turned into a ROS message type"):
         ros_type_name("9lives")
 
 
@@ -76,9 +76,9 @@ def test_definition_drops_padding_and_maps_types() -> None:
 def test_closure_lists_dependencies_first_and_reports_missing_and_cycles() -> None:
     formats = formats_of("a:uint64_t timestamp;b[2] bs;c one;", "b:c x;", "c:float y;")
     assert nested_closure("a", formats) == ["c", "b", "a"]
-    with pytest.raises(UlogstreamError, match="'d' \\(nested in 'x'\\) is not defined"):
+    with pytest.raises(ExportError, match="'d' \\(nested in 'x'\\) is not defined"):
         nested_closure("x", formats_of("x:d inner;"))
-    with pytest.raises(UlogstreamError, match="'p' contains itself"):
+    with pytest.raises(ExportError, match="'p' contains itself"):
         nested_closure("p", formats_of("p:q inner;", "q:p outer;"))
 
 
@@ -157,7 +157,7 @@ def test_rows_become_nested_message_objects_that_serialize(version: RosVersion) 
 
 def test_row_size_that_disagrees_with_the_format_is_refused() -> None:
     formats = formats_of("t:uint64_t timestamp;float x;")
-    with pytest.raises(UlogstreamError, match="rows of ULog format 't' are 16 bytes"):
+    with pytest.raises(ExportError, match="rows of ULog format 't' are 16 bytes"):
         RowConverter(new_typestore(RosVersion.ROS1), "t", formats, itemsize=16)
 
 
@@ -216,7 +216,7 @@ def test_unknown_log_levels_count_as_info() -> None:
 
 def test_a_format_named_like_the_parameter_type_is_refused() -> None:
     formats = formats_of("parameter:uint64_t timestamp;float x;")
-    with pytest.raises(UlogstreamError, match="export's own type px4_ulog/msg/Parameter"):
+    with pytest.raises(ExportError, match="export's own type px4_ulog/msg/Parameter"):
         register_format(new_typestore(RosVersion.ROS1), "parameter", formats)
 
 

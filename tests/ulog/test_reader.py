@@ -12,7 +12,7 @@ import pytest
 from support.ulog_builders import VEHICLE_SIZE, normalise, parse, sample_log, vehicle_payload
 
 from ulogstream.adapters.ulog_file import iter_events, read
-from ulogstream.errors import ULogFormatError, UlogstreamError
+from ulogstream.errors import ReadError, ULogFormatError
 from ulogstream.ulog import Dropout, LoggedString, Parameter, ParameterDefault
 from ulogstream.ulog.writer import ULogWriter
 
@@ -157,8 +157,9 @@ def test_rows_that_do_not_fit_in_memory_give_one_error_naming_the_file(
 
 def test_missing_file_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "nope.ulg"
-    with pytest.raises(UlogstreamError, match=r"cannot read ULog file .*nope\.ulg"):
+    with pytest.raises(ReadError, match=r"cannot read ULog file .*nope\.ulg") as raised:
         read(path)
+    assert raised.value.path == path
 
 
 def test_not_a_ulog_file_names_the_file(tmp_path: Path) -> None:

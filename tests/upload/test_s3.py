@@ -26,7 +26,7 @@ from support.waiting import POLL_INTERVAL, WAIT_LIMIT, eventually, holds_for, ru
 
 from ulogstream.config.loader import COMMAND_LINE, load_settings
 from ulogstream.config.sections import S3Settings, UploadSettings
-from ulogstream.errors import ConfigError, LinkError, UploadRejectedError
+from ulogstream.errors import ConfigError, UploadError, UploadRejectedError
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.upload.info import FinishedLogInfo
 from ulogstream.upload.s3 import (
@@ -367,7 +367,7 @@ async def test_no_server_is_a_retryable_error(tmp_path: Path) -> None:
     nobody = MotoS3(free_port(), tmp_path / "unused.log")
     info = info_of(small_log(tmp_path / "out"))
 
-    with pytest.raises(LinkError) as raised:
+    with pytest.raises(UploadError) as raised:
         await target(nobody, "logs").upload(info)
 
     assert str(raised.value) == (
@@ -389,7 +389,7 @@ async def test_server_killed_mid_upload_then_restarted_the_next_attempt_complete
     await until_multipart_began(server, "logs", upload)
     server.kill()
 
-    with pytest.raises(LinkError) as raised:
+    with pytest.raises(UploadError) as raised:
         await upload
     message = str(raised.value)
     assert message.startswith(f"S3 PUT s3://logs/{key} failed: ")
@@ -510,8 +510,8 @@ def test_answers_that_retrying_cannot_change_are_rejected_the_rest_retried(
 ) -> None:
     raised = _failure("PUT", "s3://logs/k", error)
 
+    assert isinstance(raised, UploadError)  # rejected or retried, an upload's error
     assert isinstance(raised, UploadRejectedError) is rejected
-    assert isinstance(raised, LinkError) is not rejected
     suffix = "; not retried" if rejected else ""
     assert str(raised) == f"S3 PUT s3://logs/k failed: {reason}{suffix}"
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Final
 import foxglove
 from foxglove.websocket import Capability, ServerListener
 
-from ulogstream.errors import UlogstreamError
+from ulogstream.errors import ConfigError
 from ulogstream.export.rostypes import LOG_TOPIC, PARAMETER_TOPIC, instance_topic
 from ulogstream.live.encode import JsonValue, json_sample_time, row_json_schema
 from ulogstream.live.policy import PublishPolicy, chooses_alike
@@ -198,7 +198,7 @@ class FoxgloveSink:
         """Listen for viewers.
 
         Raises:
-            UlogstreamError: The address cannot be listened on (in use, unknown host) or the TLS
+            ConfigError: The address cannot be listened on (in use, unknown host) or the TLS
                 files cannot be read; one line naming the setting.
         """
         settings = self.settings
@@ -227,7 +227,7 @@ class FoxgloveSink:
                 f"foxglove.listen {address}: cannot listen for Foxglove viewers: {reason}; "
                 "choose another [HOST:]PORT (record --foxglove, or [foxglove] listen)"
             )
-            raise UlogstreamError(msg) from None
+            raise ConfigError(msg) from None
         if address.port == 0:
             self.address = type(address)(address.host, self._server.port)
             self.url = foxglove_url(self.address, tls=tls_cert is not None)
@@ -479,4 +479,4 @@ def _read(path: Path, key: str) -> bytes:
         return path.read_bytes()
     except OSError as err:
         msg = f"{key} {path} cannot be read: {err.strerror}"
-        raise UlogstreamError(msg) from None
+        raise ConfigError(msg) from None

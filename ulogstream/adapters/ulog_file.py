@@ -11,7 +11,7 @@ import errno
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from ulogstream.errors import ULogFormatError, UlogstreamError
+from ulogstream.errors import ReadError, ULogFormatError
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.reader import BLOCK_SIZE, ULogReader
 
@@ -38,7 +38,7 @@ def read(path: str | os.PathLike[str], *, block_size: int = BLOCK_SIZE) -> ULogD
         block_size: Bytes read at a time; at least :data:`MIN_BLOCK_SIZE`.
 
     Raises:
-        UlogstreamError: The file cannot be opened or read, or its rows do not fit in memory.
+        ReadError: The file cannot be opened or read, or its rows do not fit in memory.
         ULogFormatError: The file is not a ULog file (the message names the file).
     """
     path = Path(path)
@@ -50,12 +50,12 @@ def read(path: str | os.PathLike[str], *, block_size: int = BLOCK_SIZE) -> ULogD
         raise _out_of_memory(path) from None
 
 
-def _out_of_memory(path: Path) -> UlogstreamError:
+def _out_of_memory(path: Path) -> ReadError:
     msg = (
         f"not enough memory to read ULog file {path} whole (its rows are held in memory); "
         "free memory, or stream it with iter_events or `ulogstream export`, which do not"
     )
-    return UlogstreamError(msg)
+    return ReadError(msg, path=path)
 
 
 def _feed_file(path: Path, reader: ULogReader, block_size: int) -> None:
@@ -82,7 +82,7 @@ def _feed_file(path: Path, reader: ULogReader, block_size: int) -> None:
         if err.errno == errno.ENOMEM:  # a mapping for rows (ulogstream.ulog.reader._Rows)
             raise _out_of_memory(path) from None
         msg = f"cannot read ULog file {path}: {err.strerror or err}"
-        raise UlogstreamError(msg) from err
+        raise ReadError(msg, path=path) from err
     finally:
         view.release()
 
@@ -93,7 +93,7 @@ def iter_events(
     """Stream the events of a ULog file, reading ``chunk_size`` bytes at a time.
 
     Raises:
-        UlogstreamError: The file cannot be opened or read.
+        ReadError: The file cannot be opened or read.
         ULogFormatError: The file is not a ULog file (the message names the file).
     """
     path = Path(path)
@@ -107,7 +107,7 @@ def iter_events(
         raise _named(path, err) from None
     except OSError as err:
         msg = f"cannot read ULog file {path}: {err.strerror or err}"
-        raise UlogstreamError(msg) from err
+        raise ReadError(msg, path=path) from err
 
 
 def _named(path: Path, err: ULogFormatError) -> ULogFormatError:

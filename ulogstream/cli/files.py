@@ -12,22 +12,15 @@ from ulogstream.errors import ULogFormatError, UlogstreamError
 from ulogstream.ulog.dtypes import compile_format
 from ulogstream.ulog.events import (
     DataRows,
-    Dropout,
     FileHeader,
-    FlagBits,
-    FormatDefined,
-    Info,
-    InfoMultiple,
     InfoValue,
     LoggedString,
-    Parameter,
-    ParameterDefault,
     Subscription,
     Truncated,
     ULogEvent,
 )
-from ulogstream.ulog.problems import Problems
 from ulogstream.ulog.spec import log_level_name
+from ulogstream.ulog.summary import LogDescription
 
 if TYPE_CHECKING:
     import argparse
@@ -57,61 +50,43 @@ class TopicSummary:
         return (self.count - 1) / ((self.last_us - self.first_us) / 1e6)
 
 
-@dataclass(slots=True)
-class LogSummary:
-    """Everything the file tools show about a log, gathered in one streaming pass."""
+@dataclass(slots=True, kw_only=True)
+class LogSummary(LogDescription):
+    """Everything the file tools show about a log, gathered in one streaming pass.
+
+    The log's description is the shared fold (:class:`~ulogstream.ulog.summary.LogDescription`);
+    this adds the file and, per topic instance, counts and times instead of rows.
+    """
 
     path: Path
     size: int
-    version: int = 0
-    start_us: int = 0
     last_us: int = 0
-    flag_bits: FlagBits | None = None
-    formats: dict[str, FormatDefined] = field(default_factory=dict)
-    info: dict[str, InfoValue] = field(default_factory=dict)
-    info_multiple: dict[str, list[list[InfoValue]]] = field(default_factory=dict)
-    initial_parameters: dict[str, int | float] = field(default_factory=dict)
-    changed_parameters: list[Parameter] = field(default_factory=list)
-    default_parameters: list[ParameterDefault] = field(default_factory=list)
-    logged: list[LoggedString] = field(default_factory=list)
-    dropouts: list[Dropout] = field(default_factory=list)
-    problems: Problems = field(default_factory=Problems)
     topics: dict[tuple[str, int], TopicSummary] = field(default_factory=dict)
 
-    def add(self, event: ULogEvent) -> None:
+    @property
+    def version(self) -> int:
+        """The ULog version of the header (0 before it was read)."""
+        return 0 if self.header is None else self.header.version
+
+    @property
+    def start_us(self) -> int:
+        """The header's timestamp (0 before it was read)."""
+        return 0 if self.header is None else self.header.timestamp_us
+
+    def add(self, event: ULogEvent) -> bool:
         """Take one parser event into account."""
         match event:
             case DataRows(subscription, _, stamps):
                 self._add_rows(subscription, stamps)
-            case FileHeader(version, timestamp_us):
-                self.version, self.start_us, self.last_us = version, timestamp_us, timestamp_us
-            case FlagBits():
-                self.flag_bits = event
-            case Info(key, _, value, _):
-                self.info[key] = value
-            case InfoMultiple(key, _, value, is_continued, _):
-                pieces = self.info_multiple.setdefault(key, [])
-                if is_continued and pieces:
-                    pieces[-1].append(value)
-                else:
-                    pieces.append([value])
-            case Parameter(name, value, None):
-                self.initial_parameters[name] = value
-            case Parameter():
-                self.changed_parameters.append(event)
-            case ParameterDefault():
-                self.default_parameters.append(event)
-            case LoggedString():
-                self.logged.append(event)
-            case Dropout():
-                self.dropouts.append(event)
-            case FormatDefined():
-                self.formats[event.name] = event
             case Subscription(_, multi_id, name, dtype):
                 if (name, multi_id) not in self.topics:
                     self.topics[name, multi_id] = TopicSummary(self._wire_size(name, dtype))
+            case FileHeader(_, timestamp_us):
+                self.last_us = timestamp_us
+                LogDescription.add(self, event)
             case _:
-                self.problems.add(event)
+                return LogDescription.add(self, event)
+        return True
 
     def _wire_size(self, name: str, dtype: np.dtype[np.void]) -> int:
         """Bytes of one sample in the file: PX4 leaves out the trailing padding."""
@@ -147,7 +122,7 @@ def summarize(path: Path) -> LogSummary:
     except OSError as err:
         msg = f"cannot read {path}: {err.strerror} (check the path)"
         raise CliError(msg) from err
-    summary = LogSummary(path, size)
+    summary = LogSummary(path=path, size=size)
     from ulogstream.adapters.ulog_file import iter_events  # noqa: PLC0415 (numpy only where rows are read)
 
     for event in iter_events(path):
@@ -198,11 +173,9 @@ def value_text(value: InfoValue) -> str:
     return str(value)
 
 
-def _joined(pieces: list[InfoValue]) -> str:
-    """An 'M' value with its continued pieces: text joined, anything else listed."""
-    if all(isinstance(p, str) for p in pieces):
-        return "".join(str(p) for p in pieces)
-    return " ".join(value_text(p) for p in pieces)
+def _text(value: InfoValue) -> str:
+    """An 'M' value whole: text as it is, anything else as ``info`` shows a value."""
+    return value if isinstance(value, str) else value_text(value)
 
 
 def configure_info(parser: argparse.ArgumentParser) -> None:
@@ -259,9 +232,9 @@ def write_info(
         if verbose:
             out.write("Info multiple:\n")
             for key in sorted(summary.info_multiple):
-                for index, pieces in enumerate(summary.info_multiple[key]):
+                for index, value in enumerate(summary.info_multiple[key]):
                     out.write(f" {key} [{index}]:\n")
-                    out.writelines(f"   {line}\n" for line in _joined(pieces).splitlines())
+                    out.writelines(f"   {line}\n" for line in _text(value).splitlines())
         else:
             counts = ", ".join(
                 f"{key}: {len(values)}" for key, values in sorted(summary.info_multiple.items())
@@ -272,8 +245,8 @@ def write_info(
         f" {len(summary.changed_parameters)} changed,"
         f" {len(summary.default_parameters)} defaults\n"
     )
-    tagged = sum(m.tag is not None for m in summary.logged)
-    out.write(f"Logged messages: {len(summary.logged)} ({tagged} tagged)\n")
+    tagged = sum(m.tag is not None for m in summary.logged_messages)
+    out.write(f"Logged messages: {len(summary.logged_messages)} ({tagged} tagged)\n")
 
     out.write("\n")
     out.write(

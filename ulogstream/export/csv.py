@@ -33,12 +33,13 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 import numpy.typing as npt
 
-from ulogstream.errors import UlogstreamError
+from ulogstream.errors import ExportError, ReadError
 from ulogstream.ulog.dtypes import NUMPY_TYPES
 from ulogstream.ulog.events import (
     DataRows,
@@ -51,7 +52,6 @@ from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
-    from pathlib import Path
 
 Progress = Callable[[int, int], None]
 """``progress(bytes_done, bytes_total)``: called after each chunk of the log is converted."""
@@ -314,14 +314,15 @@ def export_csv(
         What was written.
 
     Raises:
-        UlogstreamError: ``src`` cannot be read or is not a ULog file, or ``directory``
-            cannot be written.
+        ReadError: ``src`` cannot be read.
+        ULogFormatError: ``src`` is not a ULog file.
+        ExportError: ``directory`` cannot be written.
     """
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         msg = f"cannot create the output directory {directory}: {err.strerror}"
-        raise UlogstreamError(msg) from err
+        raise ExportError(msg, path=directory) from err
     writer = _CsvWriter(src, directory)
     try:
         for events, done, total in _read_events(src, chunk_size=chunk_size):
@@ -333,7 +334,7 @@ def export_csv(
     except OSError as err:
         name = err.filename if err.filename is not None else directory
         msg = f"cannot write CSV file {name}: {err.strerror}"
-        raise UlogstreamError(msg) from err
+        raise ExportError(msg, path=Path(name)) from err
     finally:
         writer.close()
     files = {key: inst.path for key, inst in writer.instances.items() if inst.started}
@@ -347,7 +348,7 @@ def _read_events(src: Path, *, chunk_size: int) -> Iterator[tuple[list[object], 
         stream = src.open("rb")
     except OSError as err:
         msg = f"cannot read ULog file {src}: {err.strerror}"
-        raise UlogstreamError(msg) from err
+        raise ReadError(msg, path=src) from err
     parser = ULogParser()
     done = 0
     with stream:

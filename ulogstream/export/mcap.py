@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, BinaryIO, Final
 
 from mcap.writer import CompressionType, Writer
 
-from ulogstream.errors import UlogstreamError
+from ulogstream.errors import ExportError
 from ulogstream.export.ordering import DEFAULT_BUDGET, TimeOrder
 from ulogstream.export.rostypes import (
     CHUNK_SIZE,
@@ -116,17 +116,19 @@ def export_mcap(
         What was written.
 
     Raises:
-        UlogstreamError: ``dst`` exists, ``src`` cannot be read or is not a ULog file.
+        ExportError: ``dst`` exists or cannot be created.
+        ReadError: ``src`` cannot be read.
+        ULogFormatError: ``src`` is not a ULog file.
     """
     clock = prepare_export(src, dst, epoch_offset_us=epoch_offset_us, chunk_size=chunk_size)
     try:
         stream: BinaryIO = dst.open("xb")
     except FileExistsError:
         msg = f"output file {dst} already exists"
-        raise UlogstreamError(msg) from None
+        raise ExportError(msg, path=dst) from None
     except OSError as err:
         msg = f"cannot create MCAP file {dst}: {err.strerror}"
-        raise UlogstreamError(msg) from err
+        raise ExportError(msg, path=dst) from err
     store = new_typestore(RosVersion.ROS2)
     try:
         with stream:

@@ -15,7 +15,7 @@ import struct
 import tempfile
 from typing import IO, TYPE_CHECKING, Final, Self
 
-from ulogstream.errors import UlogstreamError
+from ulogstream.errors import ExportError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -74,7 +74,7 @@ class TimeOrder:
         """Take one message.
 
         Raises:
-            UlogstreamError: A run cannot be written (the temporary directory is full...).
+            ExportError: A run cannot be written (the temporary directory is full...).
         """
         self._held.append((time_ns, connection, data))
         self._held_bytes += len(data) + ENTRY_OVERHEAD
@@ -86,7 +86,7 @@ class TimeOrder:
         """Every message added, by time (ties in the order they were added); once.
 
         Raises:
-            UlogstreamError: A run cannot be read back.
+            ExportError: A run cannot be read back.
         """
         held = self._held
         held.sort(key=_time)  # stable: ties keep their order
@@ -128,7 +128,7 @@ class TimeOrder:
             run.flush()
         except OSError as err:
             msg = f"cannot write a temporary file to sort messages by time: {err.strerror or err}"
-            raise UlogstreamError(msg) from err
+            raise ExportError(msg) from err
 
 
 def _time(entry: Entry) -> int:
@@ -160,4 +160,4 @@ def _read_run(run: IO[bytes]) -> Iterator[Entry]:
             at = end
     except OSError as err:
         msg = f"cannot read back a temporary file of sorted messages: {err.strerror or err}"
-        raise UlogstreamError(msg) from err
+        raise ExportError(msg) from err

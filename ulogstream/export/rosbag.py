@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 from rosbags.rosbag1 import Writer, WriterError
 
-from ulogstream.errors import UlogstreamError
+from ulogstream.errors import ExportError
 from ulogstream.export.ordering import DEFAULT_BUDGET, TimeOrder
 from ulogstream.export.rostypes import (
     CHUNK_SIZE,
@@ -128,7 +128,9 @@ def export_rosbag(
         What was written.
 
     Raises:
-        UlogstreamError: ``dst`` exists, ``src`` cannot be read or is not a ULog file.
+        ExportError: ``dst`` exists or cannot be created.
+        ReadError: ``src`` cannot be read.
+        ULogFormatError: ``src`` is not a ULog file.
     """
     clock = prepare_export(src, dst, epoch_offset_us=epoch_offset_us, chunk_size=chunk_size)
     store = new_typestore(RosVersion.ROS1)
@@ -138,7 +140,7 @@ def export_rosbag(
         writer.open()
     except (WriterError, OSError) as err:
         msg = f"cannot create bag {dst}: {err}"
-        raise UlogstreamError(msg) from err
+        raise ExportError(msg, path=dst) from err
     try:
         with TimeOrder(budget=sort_budget) as order:
             sink = _BagSink(writer, store, order)

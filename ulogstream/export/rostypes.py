@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Final, Protocol, cast
 import numpy as np
 from rosbags.typesys import Stores, TypesysError, get_types_from_msg, get_typestore
 
-from ulogstream.errors import ULogFormatError, UlogstreamError
+from ulogstream.errors import ExportError, ReadError, ULogFormatError, UlogstreamError
 from ulogstream.ulog.dtypes import nested_dtype
 from ulogstream.ulog.events import (
     DataRows,
@@ -95,12 +95,12 @@ def ros_type_name(format_name: str) -> str:
     """The ROS type of a ULog format: ``vehicle_gps_position -> px4_ulog/msg/VehicleGpsPosition``.
 
     Raises:
-        UlogstreamError: The format name cannot make a valid ROS type name.
+        ExportError: The format name cannot make a valid ROS type name.
     """
     camel = "".join(part[:1].upper() + part[1:] for part in format_name.split("_"))
     if not _TYPE_NAME.match(camel):
         msg = f"ULog format name {format_name!r} cannot be turned into a ROS message type name"
-        raise UlogstreamError(msg)
+        raise ExportError(msg)
     return f"{PACKAGE}/msg/{camel}"
 
 
@@ -133,7 +133,7 @@ def is_padding(field: FieldDefinition) -> bool:
 def _ros_field(field: FieldDefinition, name: str, format_name: str) -> str:
     if not _ROS_NAME.match(field.name):
         msg = f"field {field.name!r} of ULog format {format_name!r} is not a valid ROS field name"
-        raise UlogstreamError(msg)
+        raise ExportError(msg)
     if field.type_name == "char" and field.array_length is not None:
         return f"string {name}"
     base = ROS_BASE_TYPES.get(field.type_name)
@@ -161,7 +161,7 @@ def ros_definition(fmt: FormatDefined, version: RosVersion = RosVersion.ROS1) ->
     that two fields would share gets ``_2``, ``_3``... on the later ones).
 
     Raises:
-        UlogstreamError: A field name or nested format name is not valid in ROS.
+        ExportError: A field name or nested format name is not valid in ROS.
     """
     lines: list[str] = []
     taken: set[str] = set()
@@ -184,7 +184,7 @@ def nested_closure(name: str, formats: Mapping[str, FormatDefined]) -> list[str]
     """``name`` and every format it nests, directly or not, each once, dependencies first.
 
     Raises:
-        UlogstreamError: A nested format is not defined, or formats nest in a cycle.
+        ExportError: A nested format is not defined, or formats nest in a cycle.
     """
     order: list[str] = []
     visiting: set[str] = set()
@@ -194,12 +194,12 @@ def nested_closure(name: str, formats: Mapping[str, FormatDefined]) -> list[str]
             return
         if current in visiting:
             msg = f"ULog format {current!r} contains itself"
-            raise UlogstreamError(msg)
+            raise ExportError(msg)
         fmt = formats.get(current)
         if fmt is None:
             where = "" if parent is None else f" (nested in {parent!r})"
             msg = f"ULog format {current!r}{where} is not defined in the log"
-            raise UlogstreamError(msg)
+            raise ExportError(msg)
         visiting.add(current)
         for field in fmt.fields:
             if field.type_name not in TYPE_SIZES:
@@ -227,12 +227,12 @@ def register_format(
     """Register the ROS type of format ``name`` and of the formats it nests; return its type name.
 
     Raises:
-        UlogstreamError: The format cannot be expressed in ROS or clashes with a registered type.
+        ExportError: The format cannot be expressed in ROS or clashes with a registered type.
     """
     typename = ros_type_name(name)
     if typename == PARAMETER_TYPE:
         msg = f"ULog format {name!r} would take the name of the export's own type {typename}"
-        raise UlogstreamError(msg)
+        raise ExportError(msg)
     if typename in store.fielddefs:
         return typename  # registered for an earlier topic of the same log: same definition
     typesdict = {}
@@ -246,7 +246,7 @@ def register_format(
         store.register(typesdict)
     except TypesysError as err:
         msg = f"ULog format {name!r} cannot be registered as ROS type {typename}: {err}"
-        raise UlogstreamError(msg) from err
+        raise ExportError(msg) from err
     return typename
 
 
@@ -347,7 +347,7 @@ class RowConverter:
         version: The ROS version of ``store`` (field names differ, see :func:`ros_definition`).
 
     Raises:
-        UlogstreamError: The rows' size does not match the format's packed size.
+        ExportError: The rows' size does not match the format's packed size.
     """
 
     def __init__(
@@ -368,7 +368,7 @@ class RowConverter:
                 f"rows of ULog format {format_name!r} are {itemsize} bytes, "
                 f"but the format defines {self.dtype.itemsize}"
             )
-            raise UlogstreamError(msg)
+            raise ExportError(msg)
         self._builder = _builder(store, format_name, formats)
 
     def messages(self, rows: npt.NDArray[np.void]) -> list[object]:
@@ -520,7 +520,7 @@ def read_events(
     """Parse ``src`` chunk by chunk: ``(events, bytes_done, bytes_total)`` per chunk.
 
     Raises:
-        UlogstreamError: The file cannot be read.
+        ReadError: The file cannot be read.
         ULogFormatError: The file is not a ULog file (the message names it).
     """
     try:
@@ -528,7 +528,7 @@ def read_events(
         stream = src.open("rb")
     except OSError as err:
         msg = f"cannot read ULog file {src}: {err.strerror or err}"
-        raise UlogstreamError(msg) from err
+        raise ReadError(msg, path=src) from err
     # every row and string carries its own timestamp: batching rows per topic across other
     # events (unordered) is safe, and cuts the per-batch cost
     parser = ULogParser(ordered=False)
@@ -545,7 +545,7 @@ def read_events(
         raise ULogFormatError(msg, offset=err.offset) from None
     except OSError as err:
         msg = f"cannot read ULog file {src}: {err.strerror or err}"
-        raise UlogstreamError(msg) from err
+        raise ReadError(msg, path=src) from err
 
 
 def scan_wall_clock(src: Path, *, chunk_size: int = CHUNK_SIZE) -> WallClock:
@@ -554,7 +554,8 @@ def scan_wall_clock(src: Path, *, chunk_size: int = CHUNK_SIZE) -> WallClock:
     Stops at the fix, so it costs a full read only for logs without one.
 
     Raises:
-        UlogstreamError: The file cannot be read or is not a ULog file.
+        ReadError: The file cannot be read.
+        ULogFormatError: The file is not a ULog file.
     """
     for events, _, _ in read_events(src, chunk_size=chunk_size):
         for event in events:
@@ -736,7 +737,8 @@ def export_ros(
     Memory stays bounded: one chunk of the log and its decoded rows at a time.
 
     Raises:
-        UlogstreamError: ``src`` cannot be read or is not a ULog file.
+        ReadError: ``src`` cannot be read.
+        ULogFormatError: ``src`` is not a ULog file.
     """
     state = _RosExport(store, version, sink, clock)
     for events, done, total in read_events(src, chunk_size=chunk_size):
@@ -763,11 +765,12 @@ def prepare_export(
     """Refuse an existing ``dst``; the wall clock given, or found in ``src``'s first GPS fix.
 
     Raises:
-        UlogstreamError: ``dst`` exists, or ``src`` cannot be read.
+        ExportError: ``dst`` exists.
+        ReadError: ``src`` cannot be read.
     """
     if dst.exists():
         msg = f"output file {dst} already exists"
-        raise UlogstreamError(msg)
+        raise ExportError(msg, path=dst)
     if epoch_offset_us is None:
         return scan_wall_clock(src, chunk_size=chunk_size)
     return WallClock(epoch_offset_us, "given")

@@ -46,6 +46,7 @@ from ulogstream.ulog.spec import (
     TIMESTAMP_FIELD,
     MessageType,
 )
+from ulogstream.ulog.summary import LogDescription
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -320,7 +321,7 @@ class ULogReader:
         return self._end_block(block, pos, final=False)
 
     def _appended_data(self) -> bool:
-        flag_bits = self._collector.flag_bits
+        flag_bits = self._collector.description.flag_bits
         return flag_bits is not None and bool(flag_bits.incompat_flags[0] & INCOMPAT_DATA_APPENDED)
 
     def _through_parser(self, block: memoryview, pos: int) -> int:
@@ -672,72 +673,26 @@ def _compact(dtype: np.dtype[np.void]) -> np.dtype[np.void]:
 
 
 class _Collector:
-    """Folds the event stream into the parts of a :class:`ULogData`."""
+    """Folds the event stream into the parts of a :class:`ULogData`.
+
+    Rows are gathered here; everything else goes to a
+    :class:`~ulogstream.ulog.summary.LogDescription`.
+    """
 
     def __init__(self) -> None:
-        self.header: FileHeader | None = None
-        self.flag_bits: FlagBits | None = None
-        self.formats: dict[str, FormatDefined] = {}
-        self.info: dict[str, InfoValue] = {}
-        self.info_multiple: dict[str, list[InfoValue]] = {}
-        self.initial_parameters: dict[str, int | float] = {}
-        self.changed_parameters: list[Parameter] = []
-        self.default_parameters: list[ParameterDefault] = []
-        self.logged_messages: list[LoggedString] = []
-        self.dropouts: list[Dropout] = []
+        self.description = LogDescription()
         self.topics: dict[tuple[str, int], _TopicBuilder] = {}
         self.by_msg_id: dict[int, _TopicBuilder] = {}
-        self.corruption: list[Corruption] = []
-        self.data_without_subscription: dict[int, int] = {}
-        self.warnings: list[ParserWarning] = []
-        self.truncated: Truncated | None = None
 
     def add(self, event: ULogEvent) -> None:
         if type(event) is DataRows:  # the common case first, without a match
             builder = self.by_msg_id.get(event.subscription.msg_id)
             if builder is not None:
                 builder.add(event.rows, event.timestamps_us)
-            return
-        if type(event) is Parameter:
-            if event.timestamp_us is None:
-                self.initial_parameters[event.name] = event.value
-            else:
-                self.changed_parameters.append(event)
-            return
-        match event:
-            case Subscription():
-                self._subscribe(event)
-            case InfoMultiple(key, _, value, is_continued, _):
-                values = self.info_multiple.setdefault(key, [])
-                if is_continued and values:
-                    values[-1] = _join(values[-1], value)
-                else:
-                    values.append(value)
-            case Info(key, _, value, _):
-                self.info[key] = value
-            case FormatDefined():
-                self.formats[event.name] = event
-            case ParameterDefault():
-                self.default_parameters.append(event)
-            case LoggedString():
-                self.logged_messages.append(event)
-            case Dropout():
-                self.dropouts.append(event)
-            case FileHeader():
-                self.header = event
-            case FlagBits():
-                self.flag_bits = event
-            case Corruption():
-                self.corruption.append(event)
-            case DataWithoutSubscription(_, msg_id):
-                counts = self.data_without_subscription
-                counts[msg_id] = counts.get(msg_id, 0) + 1
-            case ParserWarning():
-                self.warnings.append(event)
-            case Truncated():
-                self.truncated = event
-            case _:
-                pass
+        elif type(event) is Subscription:
+            self._subscribe(event)
+        else:
+            self.description.add(event)
 
     def _subscribe(self, subscription: Subscription) -> None:
         key = (subscription.name, subscription.multi_id)
@@ -752,7 +707,7 @@ class _Collector:
                 f"{subscription.name!r} instance {subscription.multi_id} re-subscribed with a "
                 f"different format (msg_id {subscription.msg_id}); its rows are left out"
             )
-            self.warnings.append(ParserWarning(-1, text))
+            self.description.problems.warnings.append(ParserWarning(-1, text))
             self.by_msg_id.pop(subscription.msg_id, None)
             return
         elif subscription.msg_id not in builder.msg_ids:
@@ -760,7 +715,8 @@ class _Collector:
         self.by_msg_id[subscription.msg_id] = builder
 
     def result(self, last_timestamp_us: int) -> ULogData:
-        if self.header is None:  # the parser raises before this can happen
+        log = self.description
+        if log.header is None:  # the parser raises before this can happen
             msg = "no ULog file header"
             raise ULogFormatError(msg, offset=0)
         compacts: dict[np.dtype[np.void], np.dtype[np.void]] = {}  # one per format
@@ -770,43 +726,23 @@ class _Collector:
             if compact is None:
                 compact = compacts[builder.full] = _compact(builder.full)
             topics[key] = builder.build(compact)
+        problems = log.problems
         return ULogData(
-            header=self.header,
-            flag_bits=self.flag_bits,
-            formats=self.formats,
-            info=self.info,
-            info_multiple=self.info_multiple,
-            initial_parameters=self.initial_parameters,
-            changed_parameters=self.changed_parameters,
-            default_parameters=self.default_parameters,
-            logged_messages=self.logged_messages,
-            dropouts=self.dropouts,
+            header=log.header,
+            flag_bits=log.flag_bits,
+            formats=log.formats,
+            info=log.info,
+            info_multiple=log.info_multiple,
+            initial_parameters=log.initial_parameters,
+            changed_parameters=log.changed_parameters,
+            default_parameters=log.default_parameters,
+            logged_messages=log.logged_messages,
+            dropouts=log.dropouts,
             topics=topics,
-            corruption=self.corruption,
-            data_without_subscription=self.data_without_subscription,
-            warnings=self.warnings,
-            truncated=self.truncated,
-            start_timestamp_us=self.header.timestamp_us,
+            corruption=problems.corruption,
+            data_without_subscription=problems.data_without_subscription,
+            warnings=problems.warnings,
+            truncated=problems.truncated,
+            start_timestamp_us=log.header.timestamp_us,
             last_timestamp_us=last_timestamp_us,
         )
-
-
-def _join(first: InfoValue, piece: InfoValue) -> InfoValue:
-    """Extend a multi-info value with its ``is_continued`` piece."""
-    if isinstance(first, str) and isinstance(piece, str):
-        return first + piece
-    if isinstance(first, bytes) and isinstance(piece, bytes):
-        return first + piece
-    head = first if isinstance(first, tuple) else _as_tuple(first)
-    tail = piece if isinstance(piece, tuple) else _as_tuple(piece)
-    return head + tail
-
-
-def _as_tuple(value: InfoValue) -> tuple[int | float | bool, ...]:
-    if isinstance(value, str):
-        return tuple(value.encode())
-    if isinstance(value, bytes):
-        return tuple(value)
-    if isinstance(value, tuple):
-        return value
-    return (value,)

@@ -11,7 +11,7 @@ Both take the log as ``multipart/form-data``:
   JSON object with ``id`` and ``delete_token``.
 
 ``400`` (and other 4xx but 408 and 429) raise :class:`~ulogstream.errors.UploadRejectedError`:
-retrying cannot help. 5xx, connection errors and timeouts raise ``LinkError``/``OSError``/
+retrying cannot help. 5xx, connection errors and timeouts raise ``UploadError``/``OSError``/
 ``TimeoutError`` and are retried by :class:`~ulogstream.adapters.upload.LogShipper`.
 
 The exchange is ``http.client`` in a thread, the file streamed from disk in chunks (a 100 MB
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-from ulogstream.errors import LinkError, UploadRejectedError
+from ulogstream.errors import UploadError, UploadRejectedError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -181,7 +181,7 @@ async def post(request: MultipartPost, timeout_s: float) -> Answer:
 
     Raises:
         TimeoutError: The exchange took longer than ``timeout_s``.
-        LinkError: The connection failed or the answer is not HTTP.
+        UploadError: The connection failed or the answer is not HTTP.
     """
     try:
         async with asyncio.timeout(timeout_s):
@@ -196,14 +196,14 @@ async def post(request: MultipartPost, timeout_s: float) -> Answer:
     except (OSError, http.client.HTTPException) as err:
         why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         msg = f"cannot post to {request.url}: {why or type(err).__name__}"
-        raise LinkError(msg) from None
+        raise UploadError(msg) from None
 
 
-def _failure(answer: Answer, url: str) -> UploadRejectedError | LinkError:
+def _failure(answer: Answer, url: str) -> UploadRejectedError | UploadError:
     """The error of an answer that is not a success: a refusal for good, or one to retry.
 
     Returns:
-        UploadRejectedError for 4xx but 408/429 (retrying cannot help), else LinkError (5xx,
+        UploadRejectedError for 4xx but 408/429 (retrying cannot help), else UploadError (5xx,
         408, 429, an unexpected success: retried).
     """
     if 400 <= answer.status < 500 and answer.status not in _RETRYABLE_4XX:  # noqa: PLR2004
@@ -211,7 +211,7 @@ def _failure(answer: Answer, url: str) -> UploadRejectedError | LinkError:
         return UploadRejectedError(
             f"{url} refused the log with HTTP {answer.status}{answer.said()}{hint}"
         )
-    return LinkError(f"{url} answered HTTP {answer.status}{answer.said()}")
+    return UploadError(f"{url} answered HTTP {answer.status}{answer.said()}")
 
 
 class FlightReviewTarget:
@@ -272,7 +272,7 @@ class FlightReviewTarget:
 
         Raises:
             UploadRejectedError: The server refused the log (HTTP 400; other 4xx).
-            LinkError: A 5xx answer, a failed connection or an answer that is not understood.
+            UploadError: A 5xx answer, a failed connection or an answer that is not understood.
             TimeoutError: No answer within ``upload.timeout_s``.
         """
         request = MultipartPost(
@@ -288,7 +288,7 @@ class FlightReviewTarget:
             return urljoin(f"{self.base}/", answer.location)
         if answer.status < 400:  # noqa: PLR2004
             msg = f"{self.endpoint} answered HTTP {answer.status} without a Location{answer.said()}"
-            raise LinkError(msg)
+            raise UploadError(msg)
         raise _failure(answer, self.endpoint)
 
     def _api_page(self, answer: Answer, info: FinishedLogInfo) -> str:
@@ -300,7 +300,7 @@ class FlightReviewTarget:
             value = None
         if not isinstance(value, dict) or not isinstance(value.get("id"), str | int):
             msg = f"{self.endpoint} answered without a log id{answer.said()}"
-            raise LinkError(msg)
+            raise UploadError(msg)
         log_id = str(value["id"])
         page = value.get("url")
         if not isinstance(page, str) or not page:

@@ -17,7 +17,7 @@ through ``obstore`` (Rust's ``object_store``: async, no Python dependencies):
   Write-only keys (a 403 on HEAD) skip the HEADs, with one warning.
 - Errors: :class:`~ulogstream.errors.UploadRejectedError` when retrying cannot help (no such
   bucket, access denied, a 4xx answer, a log that changed since its checksum was taken);
-  :class:`~ulogstream.errors.LinkError` for everything a later attempt may get through (no
+  :class:`~ulogstream.errors.UploadError` for everything a later attempt may get through (no
   connection, a 5xx answer, a timeout, a clock not yet set). Both carry one line.
 
 An upload cancelled halfway leaves its parts in the bucket until a lifecycle rule removes
@@ -40,7 +40,7 @@ import obstore
 from obstore.exceptions import InvalidPathError, PermissionDeniedError, UnauthenticatedError
 from obstore.store import S3Store
 
-from ulogstream.errors import ConfigError, LinkError, UploadRejectedError
+from ulogstream.errors import ConfigError, UploadError, UploadRejectedError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -318,7 +318,7 @@ class S3Target:
 
         Raises:
             UploadRejectedError: Retrying cannot help (see the module's documentation).
-            LinkError: A later attempt may get through.
+            UploadError: A later attempt may get through.
         """
         url = self.url(info)
         if info.sha256 is None:
@@ -333,7 +333,7 @@ class S3Target:
             raise UploadRejectedError(msg) from None
         except OSError as err:
             msg = f"cannot read {info.path}: {err.strerror}"
-            raise LinkError(msg) from err
+            raise UploadError(msg) from err
         multipart = info.size > self._part_size
         digests = _Digests(self._part_size)
         try:
@@ -349,7 +349,7 @@ class S3Target:
         except _ChecksumMismatchError as err:
             raise UploadRejectedError(str(err)) from None
         except _ReadError as err:
-            raise LinkError(str(err)) from err.__cause__
+            raise UploadError(str(err)) from err.__cause__
         except (OSError, obstore.exceptions.BaseError) as err:
             error = _failure("PUT", url, err)
             raise error from None
@@ -418,7 +418,7 @@ class S3Target:
                 "not count (if the bucket encrypts with SSE-KMS or SSE-C, set "
                 "upload.s3.verify_etag = false)"
             )
-            raise LinkError(msg)
+            raise UploadError(msg)
 
     async def _verify(self, info: FinishedLogInfo, url: str) -> None:
         stored = await self._head(info)
@@ -433,10 +433,10 @@ class S3Target:
             problem = f"has SHA-256 {stored.sha256} in its metadata, not {info.sha256}"
         if problem is not None:
             msg = f"S3 object {url} {problem}: the upload does not count"
-            raise LinkError(msg)
+            raise UploadError(msg)
 
 
-def _failure(what: str, url: str, err: BaseException) -> UploadRejectedError | LinkError:
+def _failure(what: str, url: str, err: BaseException) -> UploadRejectedError | UploadError:
     """The error to raise for ``err`` of a request: rejected when retrying cannot help."""
     text = str(err)
     status_match = _STATUS.search(text)
@@ -459,4 +459,4 @@ def _failure(what: str, url: str, err: BaseException) -> UploadRejectedError | L
     final = isinstance(err, _FINAL)
     if not retryable and (final or (status is not None and 400 <= status < 500)):  # noqa: PLR2004
         return UploadRejectedError(f"{line}; not retried")
-    return LinkError(line)
+    return UploadError(line)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ulogstream.config.values import SettingError, upload_command
-from ulogstream.errors import ConfigError, LinkError
+from ulogstream.errors import ConfigError, UploadError
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -36,7 +36,7 @@ class UploadTarget(Protocol):
 
         Raises:
             UploadRejectedError: The remote refused the log for good (retrying cannot help).
-            Exception: Anything else (OSError, LinkError, TimeoutError, ...): retried with
+            Exception: Anything else (OSError, UploadError, TimeoutError, ...): retried with
                 backoff.
         """
         ...
@@ -110,7 +110,7 @@ class CommandTarget:
             The last line the command printed (at most 200 characters), else its name.
 
         Raises:
-            LinkError: It could not be run or exited with an error.
+            UploadError: It could not be run or exited with an error.
             TimeoutError: It outlasted ``upload.timeout_s`` and was killed.
         """
         values = {
@@ -136,7 +136,7 @@ class CommandTarget:
             )
         except OSError as err:
             msg = f"cannot run {argv[0]}: {err.strerror}"
-            raise LinkError(msg) from None
+            raise UploadError(msg) from None
         try:
             async with asyncio.timeout(self._timeout_s):
                 output, _ = await process.communicate()
@@ -152,5 +152,5 @@ class CommandTarget:
         if process.returncode != 0:
             said = f": {lines[-1][:200]}" if lines else ""
             msg = f"{argv[0]} exited with {process.returncode}{said}"
-            raise LinkError(msg)
+            raise UploadError(msg)
         return lines[-1][:200] if lines else self.name
