@@ -119,7 +119,7 @@ async def test_a_400_is_not_retried(tmp_path: Path, caplog: pytest.LogCaptureFix
     log = finished_log(tmp_path)
     async with ReviewServer("plot_app", answers=[400]) as server:
         shipper = LogShipper(settings(server.url, attempts=5))
-        with caplog.at_level(logging.INFO, logger="ulogstream.adapters.upload"):
+        with caplog.at_level(logging.INFO, logger="ulogstream.upload"):
             await ship(shipper, log)
 
     assert [u.status for u in server.received] == [400]
@@ -149,7 +149,7 @@ async def test_the_rust_server_gets_the_file_part_and_its_delete_token_is_logged
     log = finished_log(tmp_path)
     async with ReviewServer("api") as server:
         shipper = LogShipper(settings(server.url + "/", api="api"))
-        with caplog.at_level(logging.INFO, logger="ulogstream.adapters"):
+        with caplog.at_level(logging.INFO, logger="ulogstream.upload"):
             await ship(shipper, log)
 
     (upload,) = server.received

@@ -82,7 +82,7 @@ async def test_a_failing_command_is_retried_then_reported_and_counted(
     script.chmod(0o755)
     shipper = LogShipper(UploadSettings(command=f"{script} {{path}}", attempts=3, backoff_s=0.01))
 
-    with caplog.at_level(logging.INFO, logger="ulogstream.adapters.upload"):
+    with caplog.at_level(logging.INFO, logger="ulogstream.upload"):
         async with running(shipper.run()):
             shipper.offer(log, 10, vehicle="v", how="incomplete: lost")
             await asyncio.wait_for(shipper.wait_idle(), WAIT)

@@ -124,7 +124,7 @@ def test_waiting_logs_whose_file_is_gone_are_dropped_with_one_line_each(
     for path in [*gone, kept, part]:
         journal.write(PendingUpload(info_of(path)))
 
-    with caplog.at_level(logging.INFO, logger="ulogstream.adapters.upload"):
+    with caplog.at_level(logging.INFO, logger="ulogstream.upload"):
         shipper = LogShipper(to_review("http://127.0.0.1:9"), journal=journal.folder)
 
     lines = [r.getMessage() for r in caplog.records]
@@ -162,7 +162,7 @@ def test_a_cut_short_write_and_a_damaged_entry_are_cleared(
     (folder / "0123.tmp").write_text('{"version": 1, "pa')
     (folder / "4567.json").write_text("[]")
 
-    with caplog.at_level(logging.WARNING, logger="ulogstream.adapters.upload"):
+    with caplog.at_level(logging.WARNING, logger="ulogstream.upload"):
         waiting = journal.pending()
 
     assert waiting == [PendingUpload(info_of(log), attempts=1)]
@@ -179,7 +179,7 @@ async def test_a_part_file_is_never_offered(
     journal = tmp_path / "queue"
     shipper = LogShipper(UploadSettings(command="false {path}"), journal=journal)
 
-    with caplog.at_level(logging.ERROR, logger="ulogstream.adapters.upload"):
+    with caplog.at_level(logging.ERROR, logger="ulogstream.upload"):
         shipper.offer(part, len(DATA), vehicle="v", how="complete")
 
     assert shipper.skipped == 1
@@ -214,7 +214,7 @@ async def test_a_queue_that_cannot_be_written_still_lets_the_log_be_uploaded(
     journal = tmp_path / "queue"
     journal.write_text("a file where the folder should be")
     async with ReviewServer("plot_app") as server:
-        with caplog.at_level(logging.WARNING, logger="ulogstream.adapters.upload"):
+        with caplog.at_level(logging.WARNING, logger="ulogstream.upload"):
             shipper = LogShipper(to_review(server.url), journal=journal)
             async with running(shipper.run()):
                 shipper.offer(log, len(DATA), vehicle="uav-1", how="complete")
