@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ulogstream
 from ulogstream import ReadError, ULogParser, UlogstreamError, ULogWriter, iter_events, read
+from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.ulog.events import DataRows
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 
 def test_a_log_written_with_the_writer_reads_back_through_the_front_door(tmp_path: Path) -> None:
@@ -64,3 +62,19 @@ def test_importing_the_package_loads_no_numpy_until_a_reading_name_is_used() -> 
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Reading logs from Python") :]
+    start = section.index("```python\n") + len("```python\n")
+    example = section[start : section.index("\n```", start)]
+    generate_flight_log(tmp_path / "flight.ulg", duration_s=3.0, seed=1)
+    done = subprocess.run(
+        [sys.executable, "-c", example.replace("    ...", "    pass")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
+    assert done.stdout.count("\n") == 2

@@ -14,6 +14,9 @@ the held row, so a topic that pauses still shows its latest value, at most two p
 (Publishing the held row the instant the slot opens would make every sample of a fast topic wait
 up to one arrival interval, phase-locked behind the slot.) A skipped batch costs a dictionary
 lookup and a comparison; JSON is only built for rows that are published.
+
+About 700 lines: topic names, rate caps and the status document are one policy over one state
+(per topic instance); the payload encoders are :mod:`~ulogstream.live.encode`.
 """
 
 from __future__ import annotations

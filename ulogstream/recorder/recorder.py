@@ -2,6 +2,10 @@
 
 Everything that awaits lives here or in ``ulogstream.adapters``; the cores (the logging session,
 the router and the ULog parser) are called synchronously and their outputs carried out.
+
+Past 700 lines because the loops (link, timers, status, stop) share the recorder's state and its
+stop choreography reads best in one place; the per-vehicle ack path is
+:mod:`~ulogstream.recorder.pipeline`, the status text :mod:`~ulogstream.recorder.status`.
 """
 
 from __future__ import annotations

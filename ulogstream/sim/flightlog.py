@@ -5,6 +5,9 @@ padding, a nested type, ``char`` text), system info, perf counters split over co
 messages, about 50 parameters with defaults, logged strings, a parameter change in flight,
 a sync marker every 500 ms, and topics at PX4-like rates, about 50 KB of log per second.
 Every byte follows from ``seed``: the same arguments always give the same file.
+
+Past 700 lines because it is mostly data: the formats, parameters and rates of a real logger
+profile, written out so a reader can compare them with PX4's.
 """
 
 from __future__ import annotations

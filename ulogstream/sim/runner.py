@@ -2,6 +2,9 @@
 
 ``ulogstream sim FILE.ulg CONNECTION`` lands here through :func:`add_sim_arguments`,
 :func:`sim_options_from_args` and :func:`run_sim`; tests call :func:`run_vehicle` directly.
+
+Past 700 lines because each kind of link (UDP, TCP, a pseudo-terminal standing in for USB, a
+radio's bandwidth) needs its own small device here; they share the clock and the report.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Opening files is the shell's part (:func:`ulogstream.adapters.ulog_file.read`); the reader
 takes the log's bytes in large blocks and returns each topic instance's rows in one structured
 array.
+
+Past 700 lines on purpose: the block framer, the row gather and the growing row buffers are one
+hot path (`tests/bench/bench_ulog.py`); what is not rows is folded by
+:mod:`ulogstream.ulog.summary`.
 """
 
 from __future__ import annotations
