@@ -5,6 +5,7 @@ The helpers the fixtures and tests use live in tests/support/ (one module per ki
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import subprocess
@@ -30,6 +31,25 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from support.processes import Process
+
+
+@pytest.fixture(autouse=True)
+def _no_log_handler_outlives_its_test() -> Iterator[None]:
+    """Remove the log handlers a test's in-process ``ulogstream`` command installed.
+
+    ``setup_logging`` binds a handler to the ``sys.stderr`` of the moment: under ``capsys`` a
+    capture stream that is closed when the test ends. Left on the root logger, it made a later
+    test's log line fail with "I/O operation on closed file" (seen on a loaded machine).
+    """
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in root.handlers[:]:
+        if type(handler) is logging.StreamHandler or type(handler).__module__.startswith(
+            "ulogstream"
+        ):
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(name="shared_ulg_files")

@@ -14,6 +14,7 @@ import pytest
 
 import ulogstream.recorder.wiring as wiring_module
 from ulogstream.config.sections import (
+    FoxgloveSettings,
     LinkSettings,
     MqttSettings,
     RecordingSettings,
@@ -28,6 +29,7 @@ READ_ELSEWHERE = {
     ("mqtt", "urls"): "MqttSettings.broker_urls()",
     ("mqtt", "vehicle_id"): "the identity (recorder/identity.py) fills the template in",
     ("mqtt", "client_id"): "the identity fills the template in",
+    ("foxglove", "listen"): "FoxgloveSettings.address() parses it for the wiring",
 }
 """Settings a section method or the identity reads for the wiring (said why)."""
 
@@ -49,7 +51,12 @@ def _used(section: str) -> set[str]:
 
 @pytest.mark.parametrize(
     ("section", "settings"),
-    [("mqtt", MqttSettings), ("recording", RecordingSettings), ("link", LinkSettings)],
+    [
+        ("mqtt", MqttSettings),
+        ("recording", RecordingSettings),
+        ("link", LinkSettings),
+        ("foxglove", FoxgloveSettings),
+    ],
 )
 def test_every_setting_of_the_recorders_sections_reaches_the_wiring(
     section: str, settings: type[object]
@@ -59,7 +66,7 @@ def test_every_setting_of_the_recorders_sections_reaches_the_wiring(
     assert fields - used == set(), f"[{section}] keys the wiring never reads"
 
 
-@pytest.mark.parametrize("part", ["MqttSink", "UlgFileSink", "PublishPolicy"])
+@pytest.mark.parametrize("part", ["MqttSink", "UlgFileSink", "PublishPolicy", "FoxgloveSink"])
 def test_parts_take_their_settings_under_the_toml_keys_names(part: str) -> None:
     calls = [
         node

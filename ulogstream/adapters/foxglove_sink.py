@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 
     from foxglove.websocket import Client, WebSocketServer
 
-    from ulogstream.config.sections import FoxgloveSettings
     from ulogstream.config.values import ListenAddress
     from ulogstream.live.outbox import MqttMessage
 
@@ -156,16 +155,31 @@ class _Instance:
 class FoxgloveSink:
     """Parser events to Foxglove channels; the same interface as the daemon's ``Publisher``.
 
+    Its arguments are named as the ``[foxglove]`` keys and were checked by the configuration.
+
     Args:
-        settings: The ``[foxglove]`` section.
+        listen: Where to listen for viewers (``foxglove.listen``, parsed).
+        tls_cert_file: Certificate to serve ``wss://`` with (None: plain ``ws://``).
+        tls_key_file: The certificate's private key.
+        backlog: Messages kept per viewer that reads slowly before the oldest are dropped.
         policy: Chooses and encodes the rows (a policy of this sink's own, for its rate cap).
     """
 
-    def __init__(self, settings: FoxgloveSettings, policy: PublishPolicy) -> None:
-        self.settings = settings
+    def __init__(
+        self,
+        *,
+        listen: ListenAddress,
+        tls_cert_file: Path | None = None,
+        tls_key_file: Path | None = None,
+        backlog: int = 1024,
+        policy: PublishPolicy,
+    ) -> None:
         self.policy = policy
-        self.address = settings.address()
-        self.url = foxglove_url(self.address, tls=settings.tls_cert_file is not None)
+        self.address = listen
+        self._tls_cert_file = tls_cert_file
+        self._tls_key_file = tls_key_file
+        self._backlog = backlog
+        self.url = foxglove_url(self.address, tls=tls_cert_file is not None)
         """Where viewers connect (the port is the bound one once :meth:`start` returned)."""
         self._context = foxglove.Context()
         self._server: WebSocketServer | None = None
@@ -201,11 +215,10 @@ class FoxgloveSink:
             ConfigError: The address cannot be listened on (in use, unknown host) or the TLS
                 files cannot be read; one line naming the setting.
         """
-        settings = self.settings
         tls_cert = tls_key = None
-        if settings.tls_cert_file is not None and settings.tls_key_file is not None:
-            tls_cert = _read(settings.tls_cert_file, "foxglove.tls_cert_file")
-            tls_key = _read(settings.tls_key_file, "foxglove.tls_key_file")
+        if self._tls_cert_file is not None and self._tls_key_file is not None:
+            tls_cert = _read(self._tls_cert_file, "foxglove.tls_cert_file")
+            tls_key = _read(self._tls_key_file, "foxglove.tls_key_file")
         address = self.address
         logging.getLogger(SDK_CLIENT_LOGGER).addFilter(self._sdk_watch)
         logging.getLogger(f"{SDK_CLIENT_LOGGER}.poller").addFilter(self._sdk_watch)
@@ -217,7 +230,7 @@ class FoxgloveSink:
                 capabilities=[Capability.Parameters],
                 server_listener=_Listener(self),
                 context=self._context,
-                message_backlog_size=settings.backlog,
+                message_backlog_size=self._backlog,
                 tls_cert=tls_cert,
                 tls_key=tls_key,
             )

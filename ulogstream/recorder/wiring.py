@@ -258,7 +258,13 @@ def foxglove_view(foxglove: FoxgloveSettings) -> FoxgloveSink | None:
     from ulogstream.live.policy import PublishPolicy  # noqa: PLC0415 (numpy: live outlets only)
 
     policy = PublishPolicy(vehicle_id="foxglove", default_rate_hz=foxglove.default_rate_hz)
-    return FoxgloveSink(foxglove, policy)
+    return FoxgloveSink(
+        listen=foxglove.address(),
+        tls_cert_file=foxglove.tls_cert_file,
+        tls_key_file=foxglove.tls_key_file,
+        backlog=foxglove.backlog,
+        policy=policy,
+    )
 
 
 def build_recorder(
