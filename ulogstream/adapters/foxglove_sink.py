@@ -153,7 +153,7 @@ class _Instance:
 
 
 class FoxgloveSink:
-    """Parser events to Foxglove channels; the same interface as the daemon's ``Publisher``.
+    """Parser events to Foxglove channels; the same interface as the recorder's ``Publisher``.
 
     Its arguments are named as the ``[foxglove]`` keys and were checked by the configuration.
 

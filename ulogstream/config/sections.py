@@ -274,7 +274,7 @@ class MqttSettings:
             "mqtt.encodings",
             f"lists an encoding twice: {list(self.encodings)}",
         )
-        # Frozen all the way down: the daemon shares one Settings between its tasks.
+        # Frozen all the way down: the recorder shares one Settings between its tasks.
         object.__setattr__(self, "rates", types.MappingProxyType(dict(self.rates)))
         check_non_negative("mqtt.default_rate_hz", self.default_rate_hz, " Hz")
         for topic, rate in self.rates.items():

@@ -284,7 +284,7 @@ class PublishPolicy:
         state: str | None = None,
         fields: Mapping[str, StatusValue] | None = None,
     ) -> list[MqttMessage]:
-        """Merge ``state`` and ``fields`` (the daemon's counters) into the status; publish it."""
+        """Merge ``state`` and ``fields`` (the recorder's counters) into the status; publish it."""
         if state is not None:
             self._status["state"] = state
         if fields:

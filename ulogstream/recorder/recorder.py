@@ -70,7 +70,7 @@ RECONNECT_BACKOFF = (0.5, 1.0, 2.0, 5.0)
 
 
 REJECTED_RETRY_S = 30.0
-"""After the vehicle refused to stream, the daemon asks again this much later."""
+"""After the vehicle refused to stream, the recorder asks again this much later."""
 
 
 STATUS_INTERVAL_S = 0.5

@@ -12,7 +12,7 @@ Both take the log as ``multipart/form-data``:
 
 ``400`` (and other 4xx but 408 and 429) raise :class:`~ulogstream.errors.UploadRejectedError`:
 retrying cannot help. 5xx, connection errors and timeouts raise ``UploadError``/``OSError``/
-``TimeoutError`` and are retried by :class:`~ulogstream.adapters.upload.LogShipper`.
+``TimeoutError`` and are retried by :class:`~ulogstream.upload.shipper.LogShipper`.
 
 The exchange is ``http.client`` in a thread, the file streamed from disk in chunks (a 100 MB
 log is never held in memory); a cancelled or timed-out upload shuts the socket down, so the

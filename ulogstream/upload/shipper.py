@@ -4,7 +4,7 @@
 (:meth:`LogShipper.offer`) and works in two stages, each behind a bounded queue:
 
 1. describe: the SHA-256 is computed in a thread (a 100 MB log takes a while) and the
-   :class:`FinishedLogInfo` handed to ``announce`` (the daemon publishes it on MQTT);
+   :class:`FinishedLogInfo` handed to ``announce`` (the recorder publishes it on MQTT);
 2. upload (only with a target, see :func:`make_target`): an :class:`UploadTarget` uploads the
    log: :class:`CommandTarget` runs ``upload.command``, the Flight Review targets
    (:mod:`ulogstream.upload.flight_review`) post it. A failed attempt is retried with a
