@@ -311,12 +311,29 @@ def test_command_acks_for_other_clients_pass_for_the_session_to_judge() -> None:
     assert (ack.target_system, ack.target_component) == (255, 190)
 
 
-def test_other_messages_are_ignored_and_counted() -> None:
+def test_other_messages_are_ignored_and_counted_without_being_unpacked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An onboard link carries ~400 telemetry frames/s beside the log: each is checked (its CRC
+    # keeps the framing in sync) and counted, never handed to pymavlink.
     mav = pymavlink_vehicle()
-    frame = mav.attitude_encode(1, 0.1, 0.2, 0.3, 0, 0, 0).pack(mav)
+    frames = mav.attitude_encode(1, 0.1, 0.2, 0.3, 0, 0, 0).pack(mav)
+    frames += mav.gps_raw_int_encode(1, 3, 1, 2, 3, 4, 5, 6, 7, 8).pack(mav)
+    heartbeat = mav.heartbeat_encode(MAV_TYPE_QUADROTOR, MAV_AUTOPILOT_PX4, 0, 0, 4).pack(mav)
     codec = receiver()
-    assert codec.decode(frame) == []
-    assert codec.ignored_frames == 1
+    unpacked: list[int] = []
+    decode = codec._mav.decode
+
+    def watched(frame: bytearray) -> object:
+        unpacked.append(frame[7])
+        return decode(frame)
+
+    monkeypatch.setattr(codec._mav, "decode", watched)
+    decoded = codec.decode(frames + heartbeat)
+    assert [type(m) for m in decoded] == [Heartbeat]
+    assert codec.ignored_frames == 2
+    assert unpacked == [0]  # the HEARTBEAT alone
+    assert codec.bad_frames == codec.skipped_bytes == 0
 
 
 def test_mavlink1_heartbeat_decodes() -> None:

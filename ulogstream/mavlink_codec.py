@@ -289,6 +289,11 @@ class MavlinkCodec:
                     system_id=buf[pos + 5],
                     component_id=buf[pos + 6],
                 )
+            elif msg_id not in _USED_IDS:
+                # Telemetry on the same link (an onboard link carries ~400 frames/s besides the
+                # log): checked for sync by its CRC, never unpacked.
+                self.ignored_frames += 1
+                message = None
             else:
                 message = self._decode_with_pymavlink(bytearray(buf[pos : pos + size]), header_len)
             pos += size
@@ -534,6 +539,16 @@ class MavlinkCodec:
 _LOGGING_DATA_IDS: Final = frozenset(
     {MAVLINK_MSG_ID_LOGGING_DATA, MAVLINK_MSG_ID_LOGGING_DATA_ACKED}
 )
+_USED_IDS: Final = frozenset(
+    {
+        MAVLINK_MSG_ID_HEARTBEAT,
+        MAVLINK_MSG_ID_COMMAND_LONG,
+        MAVLINK_MSG_ID_COMMAND_ACK,
+        MAVLINK_MSG_ID_LOGGING_ACK,
+        *_LOGGING_DATA_IDS,
+    }
+)
+"""The messages :meth:`MavlinkCodec.decode` returns; frames of any other id are counted only."""
 
 
 def _signing_timestamp(now: float) -> int:

@@ -5,6 +5,7 @@ import socket
 import time
 
 import pytest
+from support.waiting import eventually
 
 from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.udp_transport import MAX_BURST, UdpTransport
@@ -237,3 +238,54 @@ async def test_cancelling_the_pump_leaves_the_socket_to_receive() -> None:
         sender.sendto(b"later", link.local_address)
         assert await asyncio.wait_for(link.receive(), 5) == b"later"
     await link.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_pause_lets_datagrams_gather_and_one_wake_up_reads_them_all() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    bursts: list[list[bytes]] = [[]]
+    asked: list[int] = []
+
+    def handle(data: bytes) -> None:
+        bursts[-1].append(data)
+
+    def pause() -> float:
+        asked.append(len(bursts[-1]))
+        bursts.append([])
+        return 0.2
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        pump = asyncio.create_task(link.pump(handle, pause=pause))
+        sender.sendto(b"first", link.local_address)
+        await eventually(lambda: len(asked) == 1, what="the first burst")
+        for index in range(5):  # during the pause: nobody reads them yet
+            sender.sendto(b"%d" % index, link.local_address)
+            await asyncio.sleep(0.01)
+        assert bursts == [[b"first"], []]
+        await eventually(lambda: len(asked) == 2, what="the second burst")
+        assert bursts[:2] == [[b"first"], [b"0", b"1", b"2", b"3", b"4"]]
+        assert asked == [1, 5]
+        await asyncio.sleep(0.3)  # the pause found the link quiet: pause() is not asked then
+        assert asked == [1, 5]
+        sender.sendto(b"later", link.local_address)  # watched again: read when it comes
+        await eventually(lambda: len(asked) == 3, what="the third burst")
+        assert bursts[2] == [b"later"]
+    await link.aclose()
+    async with asyncio.timeout(5):
+        await pump  # a close during a pause ends the pump too
+
+
+@pytest.mark.asyncio
+async def test_closing_during_a_pause_ends_the_pump_and_reads_nothing_more() -> None:
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    got: list[bytes] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        pump = asyncio.create_task(link.pump(got.append, pause=lambda: 10.0))
+        sender.sendto(b"one", link.local_address)
+        await eventually(lambda: bool(got), what="the first datagram")
+        sender.sendto(b"two", link.local_address)
+        await asyncio.sleep(0.05)
+        await link.aclose()
+        async with asyncio.timeout(1):  # not the 10 s pause
+            await pump
+    assert got == [b"one"]

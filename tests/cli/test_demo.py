@@ -27,6 +27,9 @@ from support.processes import (
 )
 from support.waiting import eventually
 
+from ulogstream.adapters.ulog_file import read
+from ulogstream.cli import demo
+from ulogstream.cli.demo import DemoOptions
 from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.ulog.spec import MessageType
 
@@ -158,3 +161,20 @@ def test_demo_to_an_unreachable_broker_says_so_and_fails(tmp_path: Path) -> None
     ) in done.stdout.splitlines()
     assert "Traceback" not in done.stderr
     assert len(recordings(tmp_path / "recordings")) == 1, "the recording itself was made"
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_the_demo_view_lists_every_topic_instance_with_its_rows(tmp_path: Path) -> None:
+    view = io.StringIO()
+    options = DemoOptions(out_dir=tmp_path / "recordings", duration_s=3.0, speed=4.0, loss=0.0)
+    result = await demo.run_demo(options, view=view)
+    assert result.recording is not None
+    counted = {key: stats.samples for key, stats in result.status.topics.items()}
+    expected = {
+        key: len(topic.timestamps_us)
+        for key, topic in read(result.recording).topics.items()
+        if len(topic.timestamps_us)
+    }
+    assert counted == expected
+    assert "vehicle_attitude" in view.getvalue()

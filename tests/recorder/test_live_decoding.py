@@ -22,8 +22,9 @@ from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.recorder import decoding as daemon
 from ulogstream.recorder.decoding import Publisher
 from ulogstream.recorder.pipeline import Pipeline
+from ulogstream.recorder.recorder import Recorder
 from ulogstream.recorder.status import RecorderStatus
-from ulogstream.recorder.wiring import build_recorder
+from ulogstream.recorder.wiring import recorder_parts
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 from ulogstream.stream.session import LoggingSession
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
     from support.broker import Broker
 
-    from ulogstream.recorder.recorder import Recorder
 
 USB = VehicleConfig(link_rate=USB_LINK_RATE, speed=None, stop_accept_delay=0.0)
 
@@ -43,13 +43,15 @@ def rows_per_instance(path: Path) -> dict[tuple[str, int], int]:
     return {key: len(topic.timestamps_us) for key, topic in topics if len(topic.timestamps_us)}
 
 
-async def record_log(log: bytes, tmp_path: Path, mqtt: MqttSettings | None = None) -> Recorder:
+async def record_log(
+    log: bytes, tmp_path: Path, mqtt: MqttSettings | None = None, *, count_topics: bool = False
+) -> Recorder:
     """Stream ``log`` at the USB ceiling into a recorder on UDP; check the file is identical."""
     port = free_udp_port()
     settings = recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path / "out")
     if mqtt is not None:
         settings = dataclasses.replace(settings, mqtt=mqtt)
-    recorder = build_recorder(settings, once=True)
+    recorder = Recorder(recorder_parts(settings, once=True), once=True, count_topics=count_topics)
     run = await record(log, recorder, f"udpout:127.0.0.1:{port}", config=USB)
     assert run.exit_code == 0
     (path,) = run.files
@@ -59,9 +61,19 @@ async def record_log(log: bytes, tmp_path: Path, mqtt: MqttSettings | None = Non
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
-async def test_record_only_frames_every_row_and_decodes_none(tmp_path: Path) -> None:
+async def test_record_only_frames_nothing(tmp_path: Path) -> None:
+    recorder = await record_log(flight_log(6.0, seed=8), tmp_path)
+    assert recorder.status.topics == {}
+    assert recorder.status.rows_decoded == 0
+    (pipeline,) = recorder.vehicles.values()
+    assert pipeline.live._parser is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_counting_topics_frames_every_row_and_decodes_none(tmp_path: Path) -> None:
     log = flight_log(6.0, seed=8)
-    recorder = await record_log(log, tmp_path)
+    recorder = await record_log(log, tmp_path, count_topics=True)
     (path,) = [finished.path for finished in recorder.status.finished]
     expected = rows_per_instance(path)
     status = recorder.status
@@ -77,9 +89,9 @@ async def test_record_only_frames_every_row_and_decodes_none(tmp_path: Path) -> 
 @pytest.mark.timeout(60)
 @pytest.mark.slow
 @pytest.mark.shared
-async def test_record_only_decodes_no_row_of_a_real_log(tmp_path: Path) -> None:
+async def test_counting_topics_decodes_no_row_of_a_real_log(tmp_path: Path) -> None:
     log = shared_ulg("pyulog__sample_logging_tagged_and_default_params.ulg").read_bytes()
-    recorder = await record_log(log, tmp_path)
+    recorder = await record_log(log, tmp_path, count_topics=True)
     (path,) = [finished.path for finished in recorder.status.finished]
     samples = {key: stats.samples for key, stats in recorder.status.topics.items()}
     assert samples == rows_per_instance(path)

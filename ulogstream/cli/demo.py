@@ -137,7 +137,7 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
                 listen=options.foxglove_listen or FoxgloveSettings().listen,
             ),
         )
-        recorder = Recorder(recorder_parts(settings, once=True), once=True)
+        recorder = Recorder(recorder_parts(settings, once=True), once=True, count_topics=True)
         recorder_task = asyncio.create_task(recorder.run())
         sim_stop = asyncio.Event()
         sim_task = asyncio.create_task(

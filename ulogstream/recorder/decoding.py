@@ -50,7 +50,8 @@ DECODE_SLICE_BYTES_RANGE = (256, 16384)
 
 
 FRAMING_BATCH_BYTES = 16384
-"""Without a live consumer, the backlog is framed (for the counters) once it holds this much."""
+"""Counting topics without a live outlet (the demo), the backlog is framed once it holds this
+much."""
 
 
 def next_slice_bytes(size: int, spent: float) -> int:
@@ -99,7 +100,8 @@ class LiveDecoder:
     Decoding never runs per datagram: with a live outlet the written bytes wait
     :data:`DECODE_DELAY_S`, then are framed and decoded in slices of about
     :data:`DECODE_SLICE_S`, so acks that arrive meanwhile go first and rows go in few, large
-    batches; without one, only the status counters need the framing, once
+    batches. Without one nothing is framed (the file needs only the stream's bytes), unless
+    ``count_topics`` asks for the rows of each topic instance: then the backlog is framed once
     :data:`FRAMING_BATCH_BYTES` wait. One decoding serves both outlets: MQTT's policy chooses and
     encodes the samples, and the Foxglove view takes the same events after it.
 
@@ -107,6 +109,7 @@ class LiveDecoder:
         status: Where the topic and row counters go.
         publisher: The MQTT side, or None.
         foxglove: The Foxglove live view, or None.
+        count_topics: Count each topic instance's rows in ``status.topics`` (the demo's view).
     """
 
     def __init__(
@@ -115,10 +118,12 @@ class LiveDecoder:
         status: RecorderStatus,
         publisher: Publisher | None = None,
         foxglove: FoxgloveSink | None = None,
+        count_topics: bool = False,
     ) -> None:
         self.status = status
         self.publisher = publisher
         self.foxglove = foxglove
+        self.count_topics = count_topics
         self._parser: ULogParser | None = None
         self._decode_backlog: list[bytes] = []
         self._backlog_bytes = 0
@@ -153,6 +158,8 @@ class LiveDecoder:
         """A new log (or a file going on with one): a new parser, and the outlets told."""
         self.close_parser(now)
         self.status.topics.clear()
+        if not self.live and not self.count_topics:
+            return  # nobody reads what a parser would find
         self._parser = self._new_parser()
         # Now, before any of the log is decoded: a policy reset later would forget the topics
         # already subscribed. One wall-clock anchor for both outlets: their samples carry the

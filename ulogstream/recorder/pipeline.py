@@ -79,6 +79,7 @@ class Pipeline:
         status: Counters shared with the status line.
         publisher: The MQTT side, or None.
         foxglove: The Foxglove live view, or None; offered the events after MQTT.
+        count_topics: Count each topic instance's rows in ``status.topics`` (the demo).
         on_log_ended: Called with the finished log (``--once`` uses it).
     """
 
@@ -91,6 +92,7 @@ class Pipeline:
         status: RecorderStatus,
         publisher: Publisher | None = None,
         foxglove: FoxgloveSink | None = None,
+        count_topics: bool = False,
         on_log_ended: Callable[[LogEnded], None] | None = None,
     ) -> None:
         self.codec = codec
@@ -101,7 +103,9 @@ class Pipeline:
         self.status = status
         self._on_log_ended = on_log_ended
         self._send: Callable[[bytes], None] = _drop
-        self.live = LiveDecoder(status=status, publisher=publisher, foxglove=foxglove)
+        self.live = LiveDecoder(
+            status=status, publisher=publisher, foxglove=foxglove, count_topics=count_topics
+        )
         """Decoding for the live outlets, and the counters' framing."""
         self._log_id = 0
         self._log_timestamp_us = 0

@@ -46,6 +46,7 @@ from ulogstream.recorder.status import (
 from ulogstream.stream import (
     Heartbeat,
     LogEnded,
+    LoggingPacket,
     MavlinkMessage,
 )
 from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1
@@ -87,6 +88,18 @@ STOP_PROGRESS_LOG_S = 5.0
 
 HELLO_INTERVAL_S = 1.0
 """Period of our HEARTBEAT on a link where no vehicle has been heard yet."""
+
+
+DATA_PAUSE_S = 0.003
+"""In a log's data phase, the UDP socket is left unread this long after each burst.
+
+PX4 sends no LOGGING_DATA_ACKED while it streams a log's data, so no ack can be due: the
+datagrams that come meanwhile (LOGGING_DATA every 0.5-1.2 ms, and the link's telemetry) gather in
+the kernel's buffer and one wake-up reads them all, where each would cost a loop turn of its own.
+After an ACKED packet, a HEARTBEAT or a COMMAND_ACK, and while the newest logging packet is an
+ACKED one (the header, stop-and-wait), the socket is read at once. The rare ACKED packet of the
+data phase (a topic subscribed late, a perf report) is acked at most this much later: the ack
+round trip stays under 5 ms."""
 
 
 TIMER_TICK_S = 0.05
@@ -171,6 +184,9 @@ class Recorder:
         status_view: Draws the live status line on a terminal (``view(text, final=...)``), or
             None (the journal gets a key=value line every minute instead).
         notifier: systemd notifications (READY, STATUS, WATCHDOG); a no-op outside systemd.
+        count_topics: Frame every log live to count each topic instance's rows in
+            ``status.topics`` (the demo's view). Without it and without a live outlet the
+            recorder frames nothing: the file needs only the stream's bytes.
     """
 
     def __init__(
@@ -180,9 +196,11 @@ class Recorder:
         once: bool = False,
         status_view: StatusView | None = None,
         notifier: Notifier | None = None,
+        count_topics: bool = False,
     ) -> None:
         self.parts = parts
         self.once = once
+        self.count_topics = count_topics
         self.status = RecorderStatus(link=parts.link)
         self._status_view = status_view
         self._notifier = notifier or Notifier({})
@@ -205,6 +223,10 @@ class Recorder:
         self._next_hello = 0.0
         self._link_codec: MavlinkCodec | None = None
         """The open link's codec (None while no link is open)."""
+        self._urgent = False
+        """A message other than LOGGING_DATA came since the last burst: read on at once."""
+        self._data_phase = False
+        """The newest logging packet was LOGGING_DATA, not ACKED: a burst may be let gather."""
 
     @property
     def vehicle_ids(self) -> dict[int, str]:
@@ -333,6 +355,7 @@ class Recorder:
             status=status,
             publisher=publisher,
             foxglove=foxglove,
+            count_topics=self.count_topics,
             on_log_ended=self._log_ended,
         )
         pipeline.on_log_finished = partial(self._log_finished, pipeline, system_id)
@@ -482,7 +505,7 @@ class Recorder:
             def handle(data: bytes) -> None:
                 route(data, monotonic())
 
-            await transport.pump(handle)
+            await transport.pump(handle, pause=self._burst_pause)
         else:
             codec = self._codec
             # A serial port wakes the loop once a frame can be whole, not for every piece.
@@ -499,6 +522,14 @@ class Recorder:
         messages = self._codec.decode(data)
         if not messages:
             return
+        for message in messages:
+            if type(message) is not LoggingPacket:
+                self._urgent = True
+            elif message.needs_ack:
+                self._urgent = True
+                self._data_phase = False
+            else:
+                self._data_phase = True
         router = self.parts.router
         for system_id, group in router.route(messages):
             pipeline = self.vehicles.get(system_id)
@@ -511,6 +542,13 @@ class Recorder:
             pipeline.receive_messages(group, now)
             if self.parts.watch_armed:
                 self._heard_armed(system_id, group)
+
+    def _burst_pause(self) -> float:
+        """How long the UDP socket may stay unread after a burst (see :data:`DATA_PAUSE_S`)."""
+        if self._urgent:
+            self._urgent = False
+            return 0.0
+        return DATA_PAUSE_S if self._data_phase else 0.0
 
     def _heard_armed(self, system_id: int, messages: list[MavlinkMessage]) -> None:
         """Tell the shipper whether the autopilot ``system_id`` is armed (its HEARTBEAT)."""

@@ -1,0 +1,53 @@
+"""When the recorder lets a burst of datagrams gather.
+
+Only in a log's data phase, never when an ack (or anything but LOGGING_DATA) may be due.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from support.end_to_end import recorder_settings
+
+from ulogstream.mavlink_codec import MAV_AUTOPILOT_PX4, MAV_TYPE_QUADROTOR, MavlinkCodec
+from ulogstream.recorder.recorder import DATA_PAUSE_S
+from ulogstream.recorder.wiring import build_recorder
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ulogstream.recorder.recorder import Recorder
+
+
+def vehicle() -> MavlinkCodec:
+    return MavlinkCodec(system_id=1, component_id=1)
+
+
+def data(sequence: int, *, acked: bool = False) -> bytes:
+    return vehicle().encode_logging_data(sequence, 254, 155, 0, b"x" * 40, acked=acked)
+
+
+def after(recorder: Recorder, *datagrams: bytes) -> float:
+    """The pause the recorder asks for after a burst of ``datagrams``."""
+    for datagram in datagrams:
+        recorder._route(datagram, 0.0)
+    return recorder._burst_pause()
+
+
+@pytest.mark.asyncio
+async def test_only_a_data_phase_lets_bursts_gather(tmp_path: Path) -> None:
+    # Another sysid is recorded, so these frames are judged but start no session.
+    recorder = build_recorder(recorder_settings("udpin:127.0.0.1:0", tmp_path, target_sysid=9))
+    heartbeat = vehicle().encode_heartbeat(mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4)
+    telemetry = vehicle().encode_command_ack(1, 0, 200, 1)  # a COMMAND_ACK: an event
+    assert after(recorder) == 0.0  # nothing streamed yet
+    assert after(recorder, data(0, acked=True), data(1, acked=True)) == 0.0  # the header
+    assert after(recorder, data(2), data(3)) == DATA_PAUSE_S  # the data phase
+    assert after(recorder) == DATA_PAUSE_S  # telemetry alone (no message) changes nothing
+    assert after(recorder, data(4), heartbeat) == 0.0  # a HEARTBEAT reads on at once...
+    assert after(recorder, data(5)) == DATA_PAUSE_S  # ...once
+    assert after(recorder, data(6), telemetry) == 0.0
+    assert after(recorder, data(7), data(8, acked=True)) == 0.0  # an ack is due
+    assert after(recorder, data(9, acked=True)) == 0.0  # and while acked packets go on
+    assert after(recorder, data(10)) == DATA_PAUSE_S
