@@ -1,6 +1,7 @@
 """The floor: the least a Python log streaming receiver can do, to bound what any one costs.
 
-Run: ``python tests/bench/floor_receiver.py udpout:HOST:PORT OUT``; SIGTERM ends it.
+Run: ``python tests/bench/floor_receiver.py udpout:HOST:PORT OUT`` (or ``udpin:HOST:PORT``, where
+it waits for the vehicle's first datagram); SIGTERM ends it.
 
 It imports only the standard library (no pymavlink, no asyncio), sends LOGGING_START, and for each
 datagram takes its MAVLink 2 frames by their length byte, acks every LOGGING_DATA_ACKED addressed
@@ -64,8 +65,7 @@ class Frames:
 
 def main() -> None:
     connection, out = sys.argv[1], sys.argv[2]
-    host, port = connection.removeprefix("udpout:").rsplit(":", 1)
-    peer = (host, int(port))
+    kind, host, port = connection.split(":")
     stop = False
 
     def request_stop(_signum: int, _frame: object) -> None:
@@ -75,7 +75,12 @@ def main() -> None:
     signal.signal(signal.SIGTERM, request_stop)
     frames = Frames()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("", 0))
+    if kind == "udpin":  # the vehicle's address from its first datagram (its heartbeat)
+        sock.bind((host, int(port)))
+        _, peer = sock.recvfrom(65535)
+    else:
+        sock.bind(("", 0))
+        peer = (host, int(port))
     sock.settimeout(0.05)
     sock.sendto(frames.command(MAV_CMD_LOGGING_START), peer)
     with open(out, "wb") as file:  # noqa: PTH123 (no pathlib import: the floor imports least)

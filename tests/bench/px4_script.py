@@ -97,6 +97,8 @@ def receive(connection: str, out: Path, baud: int) -> None:
     mav = mavutil.mavlink_connection(
         connection, baud=baud, source_system=OUR_SYSTEM, source_component=OUR_COMPONENT
     )
+    if connection.startswith("udpin:"):  # as PX4's script does: the vehicle's address first
+        mav.wait_heartbeat()
     mav.mav.command_long_send(1, 1, mavutil.mavlink.MAV_CMD_LOGGING_START, 0, 0, 0, 0, 0, 0, 0, 0)
     with out.open("wb") as file:
         receiver = ReferenceReceiver(file)
