@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import subprocess
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -316,3 +318,29 @@ def test_recording_a_log_without_a_live_sink_never_loads_numpy(
     assert "numpy" not in mapped
     assert daemon.terminate(signal.SIGTERM) == 0
     assert recordings(out)[0].read_bytes() == flight.data
+
+
+def test_record_starts_without_the_file_tools_the_parser_or_numpy(tmp_path: Path) -> None:
+    """What ``record`` imports before its first packet is what it needs (its start-up CPU)."""
+    script = (
+        "import sys\n"
+        "from ulogstream.cli import main\n"
+        "try:\n"
+        "    main(['record', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    loaded = set(done.stdout.split())
+    assert "ulogstream.recorder.recorder" in loaded  # the record command's own modules
+    unneeded = {
+        "numpy",
+        "ulogstream.cli.files",
+        "ulogstream.ulog.parser",
+        "ulogstream.ulog.events",
+        "ulogstream.ulog.dtypes",
+    }
+    assert not loaded & unneeded

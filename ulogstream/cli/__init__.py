@@ -1,15 +1,17 @@
 """The ``ulogstream`` command line: its subcommands, and the one place errors reach the user.
 
-A subcommand is a ``configure(parser)`` (its arguments) and a ``run(args) -> int`` in the module of
-its family (:mod:`~ulogstream.cli.files`, :mod:`~ulogstream.cli.live`), listed in
-:data:`SUBCOMMANDS`. Bad input (a missing file, a file that is not a ULog log, an unwritable
-output) is reported as one ``ulogstream: error: ...`` line on stderr and a non-zero exit status;
-``UlogstreamError`` and ``OSError`` never reach the user as tracebacks.
+A subcommand is a ``configure_NAME(parser)`` (its arguments) and a ``run_NAME(args) -> int`` in
+the module of its family (:mod:`~ulogstream.cli.files`, :mod:`~ulogstream.cli.live`), listed in
+:data:`SUBCOMMANDS`; only the chosen command's family is imported (``record`` starts without the
+file tools, ``info`` without asyncio). Bad input (a missing file, a file that is not a ULog
+log, an unwritable output) is reported as one ``ulogstream: error: ...`` line on stderr and a
+non-zero exit status; ``UlogstreamError`` and ``OSError`` never reach the user as tracebacks.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from dataclasses import dataclass
@@ -17,28 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from ulogstream import __version__
-from ulogstream.cli.files import (
-    configure_export,
-    configure_info,
-    configure_messages,
-    configure_params,
-    run_export,
-    run_info,
-    run_messages,
-    run_params,
-)
-from ulogstream.cli.live import (
-    configure_demo,
-    configure_record,
-    configure_replay,
-    configure_run,
-    configure_sim,
-    run_demo,
-    run_record,
-    run_replay,
-    run_run,
-    run_sim,
-)
 from ulogstream.cli.terminal import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, PROG, os_error_text
 from ulogstream.errors import UlogstreamError
 
@@ -60,32 +40,41 @@ class Subcommand:
     Attributes:
         name: What the user types.
         help: One line for ``ulogstream --help``.
-        configure: Adds the command's arguments to its parser.
-        run: Carries the command out; returns the exit status.
+        family: The module under ``ulogstream.cli`` with its ``configure_NAME`` (adds the
+            command's arguments to its parser) and ``run_NAME`` (carries the command out; returns
+            the exit status).
     """
 
     name: str
     help: str
-    configure: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+    family: str
+
+    def configure(self, parser: argparse.ArgumentParser) -> None:
+        """Add the command's arguments to ``parser`` (imports its family)."""
+        configure: Callable[[argparse.ArgumentParser], None] = getattr(
+            self._module(), f"configure_{self.name}"
+        )
+        configure(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Carry the command out."""
+        run: Callable[[argparse.Namespace], int] = getattr(self._module(), f"run_{self.name}")
+        return run(args)
+
+    def _module(self) -> object:
+        return importlib.import_module(f"ulogstream.cli.{self.family}")
 
 
 SUBCOMMANDS: list[Subcommand] = [
-    Subcommand("info", "show an overview of a ULog file", configure_info, run_info),
-    Subcommand(
-        "messages", "show the logged strings of a ULog file", configure_messages, run_messages
-    ),
-    Subcommand("params", "show the parameters of a ULog file", configure_params, run_params),
-    Subcommand(
-        "export", "convert a ULog file to CSV, a ROS bag or MCAP", configure_export, run_export
-    ),
-    Subcommand(
-        "record", "record the logs streamed on a MAVLink link", configure_record, run_record
-    ),
-    Subcommand("run", "run the daemon from a configuration file", configure_run, run_run),
-    Subcommand("sim", "a simulated PX4 that streams a ULog file", configure_sim, run_sim),
-    Subcommand("replay", "publish a recorded log to MQTT as if live", configure_replay, run_replay),
-    Subcommand("demo", "stream, record and decode a simulated flight", configure_demo, run_demo),
+    Subcommand("info", "show an overview of a ULog file", "files"),
+    Subcommand("messages", "show the logged strings of a ULog file", "files"),
+    Subcommand("params", "show the parameters of a ULog file", "files"),
+    Subcommand("export", "convert a ULog file to CSV, a ROS bag or MCAP", "files"),
+    Subcommand("record", "record the logs streamed on a MAVLink link", "live"),
+    Subcommand("run", "run the daemon from a configuration file", "live"),
+    Subcommand("sim", "a simulated PX4 that streams a ULog file", "live"),
+    Subcommand("replay", "publish a recorded log to MQTT as if live", "live"),
+    Subcommand("demo", "stream, record and decode a simulated flight", "live"),
 ]
 """Every subcommand, in the order ``--help`` lists them."""
 

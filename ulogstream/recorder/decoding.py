@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.recorder.status import RecorderStatus, TopicStats
-from ulogstream.ulog.parser import RowSelection, ULogParser, no_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
     from ulogstream.live.outbox import MqttMessage
     from ulogstream.live.policy import PublishPolicy
     from ulogstream.ulog.events import Subscription, ULogEvent
+    from ulogstream.ulog.parser import RowSelection, ULogParser
 
 logger = logging.getLogger("ulogstream")
 
@@ -70,7 +70,8 @@ def next_slice_bytes(size: int, spent: float) -> int:
     return size
 
 
-_ROW_SELECTION_WIDTH = {RowSelection.NONE: 0, RowSelection.NEWEST: 1, RowSelection.ALL: 2}
+_ROW_SELECTION_WIDTH = {"none": 0, "newest": 1, "all": 2}
+"""How many rows of a batch each :class:`~ulogstream.ulog.parser.RowSelection` decodes, by value."""
 
 
 def _widest_rows(
@@ -78,7 +79,7 @@ def _widest_rows(
 ) -> RowSelection:
     """The rows every one of ``selectors`` needs: one decoding serves MQTT and Foxglove."""
     choices = [select(subscription) for select in selectors]
-    widest: RowSelection = max(choices, key=lambda choice: _ROW_SELECTION_WIDTH[choice])
+    widest: RowSelection = max(choices, key=lambda choice: _ROW_SELECTION_WIDTH[choice.value])
     return widest
 
 
@@ -330,6 +331,8 @@ class LiveDecoder:
 
     def _new_parser(self) -> ULogParser:
         """A parser for a new log: it decodes only rows MQTT or Foxglove can send (none without)."""
+        from ulogstream.ulog.parser import ULogParser, no_rows  # noqa: PLC0415 (a file-only record frames nothing: the parser is not loaded)
+
         selectors = [o.policy.rows_for for o in (self.publisher, self.foxglove) if o is not None]
         if not selectors:
             return ULogParser(rows=no_rows)

@@ -11,8 +11,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ulogstream.errors import ULogFormatError
-from ulogstream.ulog.events import DefinitionsEnd, Info
-from ulogstream.ulog.parser import ULogParser, no_rows
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -80,6 +78,10 @@ def read_sys_uuid(path: Path) -> str | None:
     Returns:
         The value as text, or None when the header has none or cannot be read.
     """
+    # Imported here, in the thread that finishes a log: a recorder starts without the parser.
+    from ulogstream.ulog.events import DefinitionsEnd, Info  # noqa: PLC0415
+    from ulogstream.ulog.parser import ULogParser, no_rows  # noqa: PLC0415
+
     parser = ULogParser(rows=no_rows)  # the header only: no row decoded, numpy not loaded
     try:
         with path.open("rb") as file:
