@@ -1,20 +1,23 @@
 """The only module that touches pymavlink: MAVLink 2 wire bytes <-> ulogstream's packet values.
 
 Framing is our own (pymavlink's receive buffer only compacts when it runs exactly empty, so it
-grows without bound on serial reads that split frames; protocol.md). LOGGING_DATA and
-LOGGING_DATA_ACKED, the only messages that arrive in bulk, are unpacked here with ``struct``;
-every other frame, and every signed one, is handed to pymavlink's ``MAVLink.decode``.
+grows without bound on serial reads that split frames; protocol.md). The six messages ulogstream
+uses are packed and unpacked here with ``struct`` and the compiled CRC (``fastcrc``, as pymavlink
+uses it), their layouts and CRC_EXTRA taken from pymavlink's common dialect (:mod:`~ulogstream.
+mavlink_crc`) and held byte for byte against pymavlink's own encode and decode by the tests.
+pymavlink itself is imported only on a signed link (it checks and makes the signatures): an
+unsigned recorder starts without it and spends about a microsecond per ack instead of five.
 """
 
 from __future__ import annotations
 
+import importlib
 import struct
 import time
 from typing import TYPE_CHECKING, Final
 
-from pymavlink.dialects.v20 import common as mavlink2
-
 from ulogstream.errors import ConfigError
+from ulogstream.mavlink_crc import CRC_EXTRAS
 from ulogstream.stream.packets import (
     MAV_AUTOPILOT_INVALID,
     MAV_COMP_ID_AUTOPILOT1,
@@ -31,6 +34,9 @@ from ulogstream.stream.packets import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import ModuleType
+
+    from pymavlink.dialects.v20 import common as mavlink2
 
 MAVLINK_MSG_ID_HEARTBEAT: Final = 0
 MAVLINK_MSG_ID_COMMAND_LONG: Final = 76
@@ -60,11 +66,6 @@ _LOGGING_HEADER_LEN: Final = 6
 _SIGNING_EPOCH: Final = 1_420_070_400
 """MAVLink signing timestamps count 10 microsecond units since 2015-01-01 00:00 UTC."""
 
-CRC_EXTRAS: Final[dict[int, int]] = {
-    msg_id: int(message_class.crc_extra) for msg_id, message_class in mavlink2.mavlink_map.items()
-}
-"""CRC_EXTRA of every message id in the common dialect; frames of other ids are not frames to us."""
-
 _CRC_EXTRA_BYTES: Final = {msg_id: bytes((extra,)) for msg_id, extra in CRC_EXTRAS.items()}
 _unpack_logging_header: Callable[[bytes, int], tuple[int, int, int, int, int]] = struct.Struct(
     "<HBBBB"
@@ -77,22 +78,43 @@ _pack_checksum: Callable[[int], bytes] = struct.Struct("<H").pack
 
 
 def _slow_crc(data: bytes | bytearray, crc: int) -> int:
-    checksum = mavlink2._x25crc_slow()  # noqa: SLF001 - pymavlink's pure-Python fallback
-    checksum.crc = crc
-    checksum.accumulate(data)
-    value: int = checksum.crc
-    return value
+    """CRC-16/MCRF4XX (MAVLink's X.25 checksum) in Python, where ``fastcrc`` is missing."""
+    for byte in data:
+        tmp = byte ^ (crc & 0xFF)
+        tmp = (tmp ^ (tmp << 4)) & 0xFF
+        crc = ((crc >> 8) ^ (tmp << 8) ^ (tmp << 3) ^ (tmp >> 4)) & 0xFFFF
+    return crc
 
 
-FAST_CRC: Final[bool] = mavlink2.mcrf4xx is not None
-"""True when pymavlink found the compiled ``fastcrc`` (about 5x faster decoding; protocol.md)."""
+def _compiled_crc() -> Callable[[bytes | bytearray, int], int] | None:
+    """``fastcrc``'s CRC-16/MCRF4XX (the one pymavlink uses), or None where it is missing."""
+    try:
+        from fastcrc import crc16  # noqa: PLC0415 (optional: a fallback follows)
+    except ImportError:  # pragma: no cover - fastcrc has wheels for every platform we run on
+        return None
+    mcrf4xx: Callable[[bytes | bytearray, int], int] = crc16.mcrf4xx
+    return mcrf4xx
 
-_crc16: Callable[[bytes | bytearray, int], int] = mavlink2.mcrf4xx if FAST_CRC else _slow_crc
+
+_compiled = _compiled_crc()
+
+FAST_CRC: Final[bool] = _compiled is not None
+"""True when the compiled ``fastcrc`` is there (about 5x faster decoding; protocol.md)."""
+
+_crc16: Callable[[bytes | bytearray, int], int] = _compiled if _compiled is not None else _slow_crc
 
 
 def fast_crc_active() -> bool:
-    """Tell whether both our framing and pymavlink's own checksum use the compiled CRC."""
+    """Tell whether both our framing and pymavlink's own checksum (signed links) use ``fastcrc``."""
+    from pymavlink.dialects.v20 import common as mavlink2  # noqa: PLC0415 (signed links only)
+
     return FAST_CRC and mavlink2.x25crc is mavlink2._x25crc_fast  # noqa: SLF001
+
+
+def _pymavlink() -> ModuleType:
+    """Import pymavlink's common dialect (signed links only)."""
+    dialect: ModuleType = importlib.import_module("pymavlink.dialects.v20.common")
+    return dialect
 
 
 def parse_signing_key(raw: bytes, *, source: str) -> bytes:
@@ -175,11 +197,14 @@ class MavlinkCodec:
         self.messages = 0
         self._pending = bytearray()
         self._in_sync = True
-        self._mav = mavlink2.MAVLink(None, srcSystem=system_id, srcComponent=component_id)
-        self._signed = signing_key is not None
+        self._seq = 0
+        """The sequence number of our next frame (unsigned links; pymavlink's on signed ones)."""
+        self._mav: mavlink2.MAVLink | None = None
+        """pymavlink, on a signed link only: it checks and makes the signatures."""
         # Unsigned LOGGING_DATA may take the struct fast path unless a signature is required.
         self._fast_unsigned = signing_key is None or accept_unsigned
         if signing_key is not None:
+            self._mav = _pymavlink().MAVLink(None, srcSystem=system_id, srcComponent=component_id)
             signing = self._mav.signing
             signing.secret_key = bytes(signing_key)
             signing.sign_outgoing = True
@@ -294,8 +319,15 @@ class MavlinkCodec:
                 # log): checked for sync by its CRC, never unpacked.
                 self.ignored_frames += 1
                 message = None
+            elif self._mav is not None and not self._signature_accepted(
+                bytearray(buf[pos : pos + size])
+            ):
+                message = None
             else:
-                message = self._decode_with_pymavlink(bytearray(buf[pos : pos + size]), header_len)
+                ids = pos + 3 if header_len == HEADER_LEN_V1 else pos + 5
+                message = self._message(
+                    msg_id, bytes(buf[pos + header_len : crc_end]), buf[ids], buf[ids + 1]
+                )
             pos += size
             if message is not None:
                 out.append(message)
@@ -349,98 +381,145 @@ class MavlinkCodec:
             target_component=target_component,
         )
 
-    def _decode_with_pymavlink(self, frame: bytearray, header_len: int) -> MavlinkMessage | None:
+    def _signature_accepted(self, frame: bytearray) -> bool:
+        """Whether pymavlink accepts the signature of ``frame`` (a link with a signing key)."""
+        assert self._mav is not None  # noqa: S101 (called on signed links only)
         try:
-            decoded = self._mav.decode(frame)
-        except mavlink2.MAVError:
+            self._mav.decode(frame)
+        except _pymavlink().MAVError:
             self.bad_frames += 1  # the CRC matched, so this is a rejected signature
-            return None
-        msg_id: int = decoded.get_msgId()
-        system_id: int = decoded.get_srcSystem()
-        component_id: int = decoded.get_srcComponent()
-        if msg_id == MAVLINK_MSG_ID_HEARTBEAT:
-            return Heartbeat(
-                system_id=system_id,
-                component_id=component_id,
-                mav_type=decoded.type,
-                autopilot=decoded.autopilot,
-                base_mode=decoded.base_mode,
-            )
+            return False
+        return True
+
+    def _message(
+        self, msg_id: int, payload: bytes, system_id: int, component_id: int
+    ) -> MavlinkMessage | None:
+        """Unpack the payload of a checked frame of one of :data:`_USED_IDS`."""
         if msg_id in _LOGGING_DATA_IDS:
-            # pymavlink checked the signature; the payload is unpacked the same way as unsigned.
             return self._logging_packet(
-                bytes(frame[header_len : header_len + frame[1]]),
+                payload,
                 needs_ack=msg_id == MAVLINK_MSG_ID_LOGGING_DATA_ACKED,
                 system_id=system_id,
                 component_id=component_id,
             )
+        layout = _LAYOUTS[msg_id]
+        if len(payload) < layout.size:
+            payload += bytes(layout.size - len(payload))  # MAVLink 2 cut trailing zeros
+        if msg_id == MAVLINK_MSG_ID_HEARTBEAT:
+            _custom_mode, mav_type, autopilot, base_mode, _status, _version = layout.unpack_from(
+                payload
+            )
+            return Heartbeat(
+                system_id=system_id,
+                component_id=component_id,
+                mav_type=mav_type,
+                autopilot=autopilot,
+                base_mode=base_mode,
+            )
         if msg_id == MAVLINK_MSG_ID_COMMAND_ACK:
             # Not filtered by target: PX4 sends COMMAND_ACKs on every link, and another client's
             # accepted LOGGING_STOP is how the session learns that our stream ended.
+            command, result, _progress, _param2, target_system, target_component = (
+                layout.unpack_from(payload)
+            )
             return CommandAck(
-                command=decoded.command,
-                result=decoded.result,
+                command=command,
+                result=result,
                 system_id=system_id,
                 component_id=component_id,
-                target_system=decoded.target_system,
-                target_component=decoded.target_component,
+                target_system=target_system,
+                target_component=target_component,
             )
         if msg_id == MAVLINK_MSG_ID_COMMAND_LONG:
-            if not self._addressed_to_us(decoded.target_system, decoded.target_component):
+            param1, *_params, command, target_system, target_component, _confirmation = (
+                layout.unpack_from(payload)
+            )
+            if not self._addressed_to_us(target_system, target_component):
                 return None
             return CommandLong(
-                command=decoded.command,
-                param1=decoded.param1,
+                command=command,
+                param1=param1,
                 system_id=system_id,
                 component_id=component_id,
-                target_system=decoded.target_system,
-                target_component=decoded.target_component,
+                target_system=target_system,
+                target_component=target_component,
             )
-        if msg_id == MAVLINK_MSG_ID_LOGGING_ACK:
-            if not self._addressed_to_us(decoded.target_system, decoded.target_component):
-                return None
-            return LoggingAck(
-                sequence=decoded.sequence,
-                system_id=system_id,
-                component_id=component_id,
-                target_system=decoded.target_system,
-                target_component=decoded.target_component,
-            )
-        self.ignored_frames += 1
-        return None
+        sequence, target_system, target_component = layout.unpack_from(payload)  # LOGGING_ACK
+        if not self._addressed_to_us(target_system, target_component):
+            return None
+        return LoggingAck(
+            sequence=sequence,
+            system_id=system_id,
+            component_id=component_id,
+            target_system=target_system,
+            target_component=target_component,
+        )
 
-    def _pack(self, message: mavlink2.MAVLink_message) -> bytes:
+    def _frame(self, msg_id: int, payload: bytes) -> bytes:
+        """An unsigned MAVLink 2 frame of ``payload`` from us, as pymavlink packs it."""
+        payload = payload.rstrip(b"\0") or b"\0"  # MAVLink 2 drops trailing zeros, keeping one
+        seq = self._seq
+        self._seq = (seq + 1) & 0xFF
+        frame = _pack_v2_header(
+            STX_V2,
+            len(payload),
+            0,
+            0,
+            seq,
+            self.system_id,
+            self.component_id,
+            msg_id & 0xFFFF,
+            msg_id >> 16,
+        )
+        frame += payload
+        crc = _crc16(_CRC_EXTRA_BYTES[msg_id], _crc16(frame[1:], 0xFFFF))
+        return frame + _pack_checksum(crc)
+
+    def _signed_frame(self, message: mavlink2.MAVLink_message) -> bytes:
+        """``message`` packed and signed by pymavlink (a link with a signing key)."""
+        assert self._mav is not None  # noqa: S101 (called on signed links only)
         frame: bytes = message.pack(self._mav)
         self._mav.seq = (self._mav.seq + 1) % 256
         return frame
 
     def encode_logging_ack(self, sequence: int, target_system: int, target_component: int) -> bytes:
         """LOGGING_ACK for LOGGING_DATA_ACKED ``sequence``, to the vehicle that sent it."""
-        return self._pack(
-            self._mav.logging_ack_encode(
-                target_system=target_system, target_component=target_component, sequence=sequence
+        if self._mav is not None:
+            return self._signed_frame(
+                self._mav.logging_ack_encode(
+                    target_system=target_system,
+                    target_component=target_component,
+                    sequence=sequence,
+                )
             )
+        return self._frame(
+            MAVLINK_MSG_ID_LOGGING_ACK,
+            _LAYOUTS[MAVLINK_MSG_ID_LOGGING_ACK].pack(sequence, target_system, target_component),
         )
 
     def encode_command_long(
         self, command: int, param1: float, target_system: int, target_component: int
     ) -> bytes:
         """COMMAND_LONG ``command`` (LOGGING_START 2510 with param1 0 = ULog, LOGGING_STOP 2511)."""
-        return self._pack(
-            self._mav.command_long_encode(
-                target_system=target_system,
-                target_component=target_component,
-                command=command,
-                confirmation=0,
-                param1=param1,
-                param2=0,
-                param3=0,
-                param4=0,
-                param5=0,
-                param6=0,
-                param7=0,
+        if self._mav is not None:
+            return self._signed_frame(
+                self._mav.command_long_encode(
+                    target_system=target_system,
+                    target_component=target_component,
+                    command=command,
+                    confirmation=0,
+                    param1=param1,
+                    param2=0,
+                    param3=0,
+                    param4=0,
+                    param5=0,
+                    param6=0,
+                    param7=0,
+                )
             )
-        )
+        layout = _LAYOUTS[MAVLINK_MSG_ID_COMMAND_LONG]
+        payload = layout.pack(param1, 0, 0, 0, 0, 0, 0, command, target_system, target_component, 0)
+        return self._frame(MAVLINK_MSG_ID_COMMAND_LONG, payload)
 
     def encode_heartbeat(
         self,
@@ -455,28 +534,38 @@ class MavlinkCodec:
         A simulated vehicle passes ``mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4``
         (and ``base_mode=MAV_MODE_FLAG_SAFETY_ARMED`` when armed).
         """
-        return self._pack(
-            self._mav.heartbeat_encode(
-                type=mav_type,
-                autopilot=autopilot,
-                base_mode=base_mode,
-                custom_mode=0,
-                system_status=system_status,
+        if self._mav is not None:
+            return self._signed_frame(
+                self._mav.heartbeat_encode(
+                    type=mav_type,
+                    autopilot=autopilot,
+                    base_mode=base_mode,
+                    custom_mode=0,
+                    system_status=system_status,
+                )
             )
+        payload = _LAYOUTS[MAVLINK_MSG_ID_HEARTBEAT].pack(
+            0, mav_type, autopilot, base_mode, system_status, MAVLINK_VERSION
         )
+        return self._frame(MAVLINK_MSG_ID_HEARTBEAT, payload)
 
     def encode_command_ack(
         self, command: int, result: int, target_system: int, target_component: int
     ) -> bytes:
         """COMMAND_ACK of ``command`` with MAV_RESULT ``result`` (a simulated vehicle's reply)."""
-        return self._pack(
-            self._mav.command_ack_encode(
-                command=command,
-                result=result,
-                target_system=target_system,
-                target_component=target_component,
+        if self._mav is not None:
+            return self._signed_frame(
+                self._mav.command_ack_encode(
+                    command=command,
+                    result=result,
+                    target_system=target_system,
+                    target_component=target_component,
+                )
             )
+        payload = _LAYOUTS[MAVLINK_MSG_ID_COMMAND_ACK].pack(
+            command, result, 0, 0, target_system, target_component
         )
+        return self._frame(MAVLINK_MSG_ID_COMMAND_ACK, payload)
 
     def encode_logging_data(
         self,
@@ -498,10 +587,10 @@ class MavlinkCodec:
             msg = f"LOGGING_DATA carries at most {MAX_DATA_LENGTH} bytes, not {length}"
             raise ValueError(msg)
         msg_id = MAVLINK_MSG_ID_LOGGING_DATA_ACKED if acked else MAVLINK_MSG_ID_LOGGING_DATA
-        if self._signed:
+        if self._mav is not None:
             padded = data + bytes(MAX_DATA_LENGTH - length)
             encode = self._mav.logging_data_acked_encode if acked else self._mav.logging_data_encode
-            return self._pack(
+            return self._signed_frame(
                 encode(
                     target_system=target_system,
                     target_component=target_component,
@@ -511,29 +600,10 @@ class MavlinkCodec:
                     data=padded,
                 )
             )
-        # Hot path of the vehicle simulator: the same bytes pymavlink would build, ~10x cheaper.
-        payload = (
-            _pack_logging_header(
-                sequence, target_system, target_component, length, first_message_offset
-            )
-            + data
-        ).rstrip(b"\0") or b"\0"  # MAVLink 2 drops trailing zeros, keeping at least one byte
-        seq = self._mav.seq
-        self._mav.seq = (seq + 1) % 256
-        frame = _pack_v2_header(
-            STX_V2,
-            len(payload),
-            0,
-            0,
-            seq,
-            self.system_id,
-            self.component_id,
-            msg_id & 0xFFFF,
-            msg_id >> 16,
+        header = _pack_logging_header(
+            sequence, target_system, target_component, length, first_message_offset
         )
-        frame += payload
-        crc = _crc16(_CRC_EXTRA_BYTES[msg_id], _crc16(frame[1:], 0xFFFF))
-        return frame + _pack_checksum(crc)
+        return self._frame(msg_id, header + data)
 
 
 _LOGGING_DATA_IDS: Final = frozenset(
@@ -549,6 +619,21 @@ _USED_IDS: Final = frozenset(
     }
 )
 """The messages :meth:`MavlinkCodec.decode` returns; frames of any other id are counted only."""
+
+_LAYOUTS: Final[dict[int, struct.Struct]] = {
+    MAVLINK_MSG_ID_HEARTBEAT: struct.Struct("<IBBBBB"),
+    MAVLINK_MSG_ID_COMMAND_LONG: struct.Struct("<7fHBBB"),
+    MAVLINK_MSG_ID_COMMAND_ACK: struct.Struct("<HBBiBB"),
+    MAVLINK_MSG_ID_LOGGING_ACK: struct.Struct("<HBB"),
+}
+"""Wire layouts (fields largest first, extensions last) of the messages we pack and unpack but
+LOGGING_DATA: HEARTBEAT (custom_mode, type, autopilot, base_mode, system_status,
+mavlink_version), COMMAND_LONG (param1-7, command, target_system, target_component,
+confirmation), COMMAND_ACK (command, result, then the extensions progress, result_param2,
+target_system, target_component) and LOGGING_ACK (sequence, target_system, target_component)."""
+
+MAVLINK_VERSION: Final = 3
+"""HEARTBEAT's ``mavlink_version`` field: the dialect's version, as pymavlink sends it."""
 
 
 def _signing_timestamp(now: float) -> int:
