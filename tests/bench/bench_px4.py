@@ -125,12 +125,12 @@ def recorded(out: Path) -> str:
     return f"{rows} rows over {span:.1f} s of log, {len(data.topics)} topic instances"
 
 
-def startup_cpu(repeat: int) -> list[float]:
+def startup_cpu(repeat: int, tree: Path = ROOT) -> list[float]:
     """CPU seconds ``record`` spends from exec until it has handled its first packet.
 
     The packet is an autopilot's HEARTBEAT sent once ``record`` listens; it is handled when
     ``record`` says it records that vehicle (first contact: its session, files and LOGGING_START).
-    The process is then killed, so the figure holds no stop.
+    The process is then killed, so the figure holds no stop. ``tree``: the checkout to run.
     """
     from ulogstream.cli.demo import free_udp_port  # noqa: PLC0415
     from ulogstream.mavlink_codec import MAV_AUTOPILOT_PX4, MAV_TYPE_QUADROTOR, MavlinkCodec  # noqa: PLC0415
@@ -148,7 +148,7 @@ def startup_cpu(repeat: int) -> list[float]:
             ]  # fmt: skip
             before = child_cpu()
             process = subprocess.Popen(
-                words, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+                words, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
             )
             assert process.stderr is not None
             for line in process.stderr:
@@ -184,12 +184,24 @@ def main() -> None:
     print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), f"nproc {os.cpu_count()}", flush=True)
     compile_package()
     if args.startup:
-        figures = startup_cpu(args.startup)
-        print(
-            f"record start-up to listening: median {statistics.median(figures):.3f} CPU s "
-            f"({', '.join(f'{f:.3f}' for f in figures)})",
-            flush=True,
+        trees = (
+            {"record": ROOT}
+            if args.before is None
+            else {"record": ROOT, "before:record": args.before}
         )
+        figures: dict[str, list[float]] = {name: [] for name in trees}
+        for _ in range(args.startup):  # alternated, one run at a time
+            for name, tree in trees.items():
+                figures[name] += startup_cpu(1, tree)
+        for name, values in figures.items():
+            print(
+                f"{name} start-up to its first packet handled: median "
+                f"{statistics.median(values):.3f} CPU s "
+                f"(min {min(values):.3f}, {len(values)} runs)",
+                flush=True,
+            )
+    if not args.rounds:
+        return
     receivers = list(args.receivers)
     ratios: dict[str, list[float]] = {name: [] for name in receivers}
     with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as (broker, _pid):
@@ -221,7 +233,7 @@ def main() -> None:
                         ratios[receiver].append(cpu[receiver] / script)
         finally:
             subprocess.run([str(SITL), "stop", str(px4_dir)], capture_output=True, check=False)
-    if args.rounds and "script" in receivers:
+    if "script" in receivers:
         print("median CPU / script's over the rounds (lower is better):")
         for receiver in receivers:
             values = ratios[receiver]
