@@ -13,8 +13,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+from support.end_to_end import flight_log
+from support.foxglove_schema import foxglove_schema_problems
+from support.shared_data import shared_ulg
 
-from ulogstream.adapters.foxglove_sink import FoxgloveSink, foxglove_log
+from ulogstream.adapters.foxglove_sink import (
+    LOG_SCHEMA,
+    STATUS_SCHEMA,
+    FoxgloveSink,
+    foxglove_log,
+)
+from ulogstream.adapters.ulog_file import read
 from ulogstream.cli import main
 from ulogstream.config.loader import load_settings
 from ulogstream.config.sections import FoxgloveSettings
@@ -56,9 +65,9 @@ def test_json_schema_describes_exactly_the_json_sample_objects() -> None:
     assert types == {
         "t": "number",
         "timestamp": "integer",
-        "q[0]": ["number", "null"],
-        "q[1]": ["number", "null"],
-        "v.x": ["number", "null"],
+        "q[0]": "number",
+        "q[1]": "number",
+        "v.x": "number",
         "name": "string",
         "ok": "boolean",
         "n": "integer",
@@ -66,8 +75,45 @@ def test_json_schema_describes_exactly_the_json_sample_objects() -> None:
     assert schema["required"] == list(types)
     objects = [json.loads(p) for p in payloads]
     assert [list(o) for o in objects] == [list(types)] * 2
-    assert objects[1]["q[0]"] is None
+    assert objects[1]["q[0]"] is None  # NaN: null, as each float field's description says
+    float_field = properties["q[0]"]
+    assert isinstance(float_field, dict)
+    assert "null" in str(float_field["description"])
     assert [json_sample_time(p) for p in payloads] == [10.5, 11.25]
+
+
+def test_a_schema_with_a_type_list_is_what_foxglove_viewers_refuse() -> None:
+    # The check itself, on the schema issue 22 measured as "Failed to parse channel schema".
+    refused = {"type": "object", "properties": {"x": {"type": ["number", "null"]}}}
+    assert foxglove_schema_problems(refused) == ["x: unsupported type ['number', 'null']"]
+    nested = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "null"}}}}
+    assert foxglove_schema_problems(nested) == ["a[]: unsupported type 'null'"]
+    assert foxglove_schema_problems({"type": "array"}) != []
+
+
+def test_every_schema_the_sink_advertises_parses_in_foxglove_viewers(tmp_path: Path) -> None:
+    assert foxglove_schema_problems(LOG_SCHEMA) == []
+    assert foxglove_schema_problems(STATUS_SCHEMA) == []
+    assert foxglove_schema_problems(row_json_schema("sample", DTYPE)) == []
+    path = tmp_path / "flight.ulg"
+    path.write_bytes(flight_log(2.0, seed=4))
+    for topic in read(path).topics.values():
+        schema = row_json_schema(topic.name, topic.dtype)
+        assert foxglove_schema_problems(schema) == [], topic.name
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize(
+    "name",
+    [
+        "px4-ulog-rs__corrupt_format_not_utf8.ulg",
+        "pyulog__sample_logging_tagged_and_default_params.ulg",
+    ],
+)
+def test_every_instance_of_a_real_px4_log_has_a_schema_foxglove_viewers_parse(name: str) -> None:
+    for topic in read(shared_ulg(name)).topics.values():
+        schema = row_json_schema(topic.name, topic.dtype)
+        assert foxglove_schema_problems(schema) == [], topic.name
 
 
 def test_json_sample_time_refuses_other_payloads() -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 from pyulog import ULog
+from support.foxglove_schema import foxglove_schema_problems
 from support.shared_data import shared_ulg
 from support.waiting import wait_until
 
@@ -254,9 +255,15 @@ def same_value(received: object, expected: object) -> bool:
 
 
 def matches_schema(value: object, schema: dict[str, object]) -> bool:
-    """The checks of the JSON Schema keywords the sink uses (type, properties, required)."""
+    """The checks of the JSON Schema keywords the sink uses (type, properties, required).
+
+    A ``number`` may be null: NaN and infinities are sent as null, as each float field's
+    description says (a type list would make Foxglove's viewers refuse the channel).
+    """
     kinds = schema.get("type", [])
     kinds = [kinds] if isinstance(kinds, str) else kinds
+    if kinds == ["number"]:
+        kinds = ["number", "null"]
     checks = {
         "object": lambda v: isinstance(v, dict),
         "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
@@ -290,10 +297,20 @@ def test_every_topic_instance_is_advertised_with_a_valid_json_schema(run: Run) -
         channel = advertised[topic]
         assert (channel["encoding"], channel["schemaEncoding"]) == ("json", "jsonschema")
         schema = json.loads(str(channel["schema"]))
-        assert schema["type"] == "object"
+        assert foxglove_schema_problems(schema) == [], topic
         assert (channel["schemaName"], schema["title"]) == (name, name)
         for message in run.first.messages(topic):
             assert matches_schema(message["data"], schema), (topic, message)
+
+
+def test_every_advertised_channel_parses_in_foxglove_viewers(run: Run) -> None:
+    """Issue 22: 109 of 133 channels were "Failed to parse channel schema" (type lists)."""
+    advertised = list(run.first.of_kind("advertise"))
+    assert {"/ulogstream/status", "/rosout"} <= {str(a["topic"]) for a in advertised}
+    for channel in advertised:
+        assert channel["schemaEncoding"] == "jsonschema", channel["topic"]
+        schema = json.loads(str(channel["schema"]))
+        assert foxglove_schema_problems(schema) == [], channel["topic"]
 
 
 def test_at_rate_0_every_row_arrives_with_pyulog_values(run: Run) -> None:

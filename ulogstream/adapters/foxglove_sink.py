@@ -96,7 +96,7 @@ STATUS_SCHEMA: Final[dict[str, JsonValue]] = {
     "properties": {
         "online": {"type": "boolean"},
         "state": {"type": "string"},
-        "log_file": {"type": ["string", "null"]},
+        "log_file": {"type": "string", "description": "the file being written; null between logs"},
         "log_bytes": {"type": "integer"},
         "packets": {"type": "integer"},
         "gaps": {"type": "integer"},

@@ -123,18 +123,23 @@ class RowEncoder:
         return payloads
 
 
-_JSON_TYPES: dict[str, JsonValue] = {
-    "f": ["number", "null"],  # NaN and Inf are null
+_JSON_TYPES: dict[str, str] = {
+    "f": "number",  # NaN and Inf are sent as null (see row_json_schema)
     "b": "boolean",
     "S": "string",  # char[N], cut at the first NUL
 }
+
+_NOT_FINITE = "null where the logged value is NaN or infinite"
 
 
 def row_json_schema(name: str, dtype: np.dtype[np.void]) -> dict[str, JsonValue]:
     """A JSON Schema of the JSON sample objects :class:`RowEncoder` builds for ``dtype``.
 
     The same keys in the same order: ``t`` (wall-clock seconds), ``timestamp`` (vehicle time in
-    microseconds), then every field as pyulog flattens it (``q[0]``, ``nested.sub``).
+    microseconds), then every field as pyulog flattens it (``q[0]``, ``nested.sub``). Each
+    ``type`` is one name, never a list: the Foxglove lineage's viewers (Foxglove, Lichtblick)
+    refuse a channel whose schema has ``["number", "null"]``, so a float field is ``"number"``
+    and says in its description that NaN and infinities are sent as null.
     """
     properties: dict[str, JsonValue] = {
         "t": {"type": "number", "description": "wall-clock time of the sample, epoch seconds"},
@@ -143,7 +148,10 @@ def row_json_schema(name: str, dtype: np.dtype[np.void]) -> dict[str, JsonValue]
     layout = _field_layout(dtype)
     for key in RowEncoder.keys_of(dtype):
         kind = np.dtype(layout[key][0]).kind
-        properties[key] = {"type": _JSON_TYPES.get(kind, "integer")}
+        field: dict[str, JsonValue] = {"type": _JSON_TYPES.get(kind, "integer")}
+        if kind == "f":
+            field["description"] = _NOT_FINITE
+        properties[key] = field
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": name,
