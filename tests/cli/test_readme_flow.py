@@ -87,6 +87,16 @@ class PtyProcess:
         os.close(self._master)
 
 
+DATA_FLOWING = 100
+"""Packets after which the flight's data streams (its header is about 36 packets)."""
+
+
+def _packets(line: str) -> int:
+    """The packet count a status line shows (0 if none)."""
+    match = re.search(r"(\d+) packets", line)
+    return 0 if match is None else int(match[1])
+
+
 def status_lines(output: str) -> list[str]:
     """The status lines drawn on the terminal, escape sequences removed."""
     return [_CSI.sub("", line) for line in _STATUS.findall(output)]
@@ -197,9 +207,13 @@ def test_record_status_fits_80_columns_and_a_second_ctrl_c_ends_a_stop_at_once(
     sim = Process(["sim", "flight.ulg", f"udpout:127.0.0.1:{port}"], tmp_path, name="sim")
     try:
         record.wait_for("recording ")
+        # Past the header (~36 packets): a log ended in its header leaves no file at all.
         wait_until(
-            lambda: any(line.startswith("streaming: ") for line in status_lines(record.text())),
-            what="no status line while streaming",
+            lambda: any(
+                line.startswith("streaming: ") and _packets(line) >= DATA_FLOWING
+                for line in status_lines(record.text())
+            ),
+            what="no status line while the log's data streams",
         )
         sim.process.kill()  # the vehicle vanishes mid-flight
         sim.process.wait(5)
