@@ -22,6 +22,8 @@ from ulogstream.adapters.foxglove_sink import (
     STATUS_SCHEMA,
     FoxgloveSink,
     foxglove_log,
+    stamped,
+    stamped_schema,
 )
 from ulogstream.adapters.ulog_file import read
 from ulogstream.cli import main
@@ -114,6 +116,20 @@ def test_every_instance_of_a_real_px4_log_has_a_schema_foxglove_viewers_parse(na
     for topic in read(shared_ulg(name)).topics.values():
         schema = row_json_schema(topic.name, topic.dtype)
         assert foxglove_schema_problems(schema) == [], topic.name
+
+
+def test_a_sample_for_viewers_carries_its_own_time_as_header_stamp() -> None:
+    rows = np.zeros(1, dtype=DTYPE)
+    (payload,) = RowEncoder(DTYPE).json_payloads(rows, [1_000], ["1714557599.887053"])
+    time_ns = round(json_sample_time(payload) * 1e9)
+    sample = json.loads(stamped(payload, time_ns))
+    assert list(sample)[:2] == ["header", "t"]
+    assert sample["header"] == {"stamp": {"sec": 1714557599, "nsec": 887053056}}
+    assert {k: v for k, v in sample.items() if k != "header"} == json.loads(payload)
+    schema = stamped_schema(row_json_schema("sample", DTYPE))
+    assert foxglove_schema_problems(schema) == []
+    assert list(schema["properties"]) == list(sample)  # type: ignore[arg-type]
+    assert schema["required"] == list(sample)
 
 
 def test_json_sample_time_refuses_other_payloads() -> None:

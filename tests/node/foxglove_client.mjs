@@ -6,8 +6,10 @@
 //   {"kind":"advertise","id":N,"topic":"/x","encoding":"json","schemaName":"x",
 //    "schemaEncoding":"jsonschema","schema":"{...}"}
 //   {"kind":"unadvertise","ids":[N]}
-//   {"kind":"message","topic":"/x","logTime":"<ns>","data":{...}}
+//   {"kind":"message","topic":"/x","logTime":"<ns>","receiveTime":"<ns, wall clock>","data":{...}}
 //   {"kind":"parameters","parameters":[{"name":"P","value":1}]}
+//   {"kind":"serverInfo","capabilities":["parameters","time"]}
+//   {"kind":"time","time":"<ns>"}     (the server's time, with its "time" capability)
 //   {"kind":"close"}
 // Lines read from stdin are commands: "params" asks for every parameter, "quit" closes.
 import { createRequire } from "node:module";
@@ -60,10 +62,13 @@ client.on("message", ({ subscriptionId, timestamp, data }) => {
     kind: "message",
     topic: topics.get(subscriptionId),
     logTime: timestamp.toString(),
+    receiveTime: (BigInt(Date.now()) * 1000000n).toString(),
     data: JSON.parse(text),
   });
 });
 client.on("parameterValues", ({ parameters }) => emit({ kind: "parameters", parameters }));
+client.on("serverInfo", ({ capabilities }) => emit({ kind: "serverInfo", capabilities }));
+client.on("time", ({ timestamp }) => emit({ kind: "time", time: timestamp.toString() }));
 
 createInterface({ input: process.stdin }).on("line", (line) => {
   const command = line.trim();

@@ -10,11 +10,13 @@ killed while data flows. The oracle is pyulog reading the recorded files.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -313,6 +315,48 @@ def test_every_advertised_channel_parses_in_foxglove_viewers(run: Run) -> None:
         assert foxglove_schema_problems(schema) == [], channel["topic"]
 
 
+def test_viewers_stamp_each_sample_with_its_own_time(run: Run) -> None:
+    """The ``time`` capability: the server's time follows the newest sample, only forward.
+
+    A Foxglove-lineage viewer stamps each message with the server's latest time (its own clock
+    without the capability), so a plot shows a sample where that time is. The flight streams at
+    ``--speed max``: its samples' times run far ahead of the wall clock, so arrival times would
+    be seconds off; the viewer's stamps must be the samples' own.
+    """
+    (info,) = run.first.of_kind("serverInfo")
+    capabilities = info["capabilities"]
+    assert isinstance(capabilities, list)
+    assert "time" in capabilities
+    times = [int(str(line["time"])) for line in run.first.of_kind("time")]
+    assert len(times) > 100
+    # Never back within a log (a viewer drops what it buffered when the time goes back); a new
+    # log's samples may start behind the last one's (this flight streams faster than real time).
+    backs = sum(later < earlier for earlier, later in itertools.pairwise(times))
+    assert backs <= len(run.recordings) - 1
+    instance_topics = {ros_topic(d.name, d.multi_id) for d in ULog(str(run.source)).data_list}
+    clock: int | None = None
+    by_clock: list[int] = []
+    by_arrival: list[int] = []
+    for line in list(run.first.lines):
+        if line["kind"] == "time":
+            clock = int(str(line["time"]))
+        elif line["kind"] == "message" and line["topic"] in instance_topics and clock is not None:
+            own = int(str(line["logTime"]))
+            data = line["data"]
+            assert isinstance(data, dict)
+            stamp = data["header"]["stamp"]  # the Plot panel's "header stamp" mode: exact
+            assert stamp["sec"] * 1_000_000_000 + stamp["nsec"] == own
+            by_clock.append(abs(clock - own))
+            by_arrival.append(abs(int(str(line["receiveTime"])) - own))
+    assert len(by_clock) > 1000
+    clock_median, arrival_median = statistics.median(by_clock), statistics.median(by_arrival)
+    # The server's time is the newest sample's; a sample sent after a newer one of another topic
+    # (the log's own order: PX4's logger writes each topic's queue in turn) is stamped up to
+    # that much late. Stamped on arrival, as without the capability, it would be seconds off.
+    assert clock_median <= 100_000_000, clock_median
+    assert arrival_median > 10 * clock_median, (arrival_median, clock_median)
+
+
 def test_at_rate_0_every_row_arrives_with_pyulog_values(run: Run) -> None:
     """Each viewer's messages are every row of the recorded logs, in order, with their values.
 
@@ -343,7 +387,7 @@ def test_at_rate_0_every_row_arrives_with_pyulog_values(run: Run) -> None:
         for message, row in zip(messages, rows[start:], strict=False):
             data = message["data"]
             assert isinstance(data, dict)
-            assert data.keys() - {"t"} == row.keys(), topic
+            assert data.keys() - {"t", "header"} == row.keys(), topic
             for key, value in row.items():
                 assert same_value(data[key], value), (topic, key, data[key], value)
             assert int(str(message["logTime"])) == round(data["t"] * 1e9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,11 @@ from ulogstream.ulog.parser import RowSelection
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+
+def mqtt_bytes(foxglove_payload: bytes) -> bytes:
+    """The MQTT payload a Foxglove sample carries behind its leading ``header.stamp``."""
+    return b"{" + foxglove_payload[foxglove_payload.index(b'"t":') :]
 
 
 @pytest.mark.asyncio
@@ -92,8 +98,9 @@ async def test_samples_both_outlets_choose_are_encoded_once_and_sent_as_the_same
     """MQTT and Foxglove at the same cap: Foxglove logs MQTT's payload bytes, encodes nothing.
 
     At other caps Foxglove chooses its own rows, with the same wall clock: the samples both
-    send are the same bytes, and a row MQTT has just encoded is not encoded again (MQTT at
-    rate 0 encodes each batch whole; Foxglove at 10 Hz takes its newest row from it). What
+    send are the same bytes (Foxglove's behind its ``header.stamp``), and a row MQTT has just
+    encoded is not encoded again (MQTT at rate 0 encodes each batch whole; Foxglove at 10 Hz
+    takes its newest row from it). What
     Foxglove logged is read back from the SDK's own MCAP sink on the sink's context.
     """
     out = io.BytesIO()
@@ -142,8 +149,12 @@ async def test_samples_both_outlets_choose_are_encoded_once_and_sent_as_the_same
             and channel.topic not in {"/rosout", "/ulogstream/status"}
         ]
     for _, data, log_time in logged:
-        assert log_time == round(json_sample_time(data) * 1e9)
-    logged_payloads = Counter(data for _, data, _ in logged)
+        sec, nsec = re.match(
+            rb'\{"header":\{"stamp":\{"sec":(\d+),"nsec":(\d+)\}\},', data
+        ).groups()  # type: ignore[union-attr]
+        assert int(sec) * 1_000_000_000 + int(nsec) == log_time
+        assert log_time == round(json_sample_time(mqtt_bytes(data)) * 1e9)
+    logged_payloads = Counter(mqtt_bytes(data) for _, data, _ in logged)
     mqtt_payloads = Counter(m.payload for m in mqtt_samples)
     own = view.policy
     if foxglove_rate == mqtt_rate:

@@ -15,13 +15,16 @@ rest (another rate cap, MQTT off) goes through a policy of this sink's own. The 
 
 - samples of topic instance ``(name, multi_id)`` to a channel named as in the MCAP export
   (``/vehicle_attitude``, ``/sensor_accel_1``), JSON-encoded with a JSON Schema of the row;
-  the message's log time is the sample's ``t``;
+  the message's log time is the sample's ``t``, and so is its leading ``header.stamp``;
 - logged strings to ``/rosout`` (the MCAP export's log topic) with the well-known
   ``foxglove.Log`` schema, so the Log panel shows them with their levels;
 - the recorder's status (file, bytes, packets, gaps, dropouts) to ``/ulogstream/status``.
 
-The log's parameters are served through the server's parameter capability (read-only).
-Topic instances nobody watches cost nothing: their rows are not encoded.
+The log's parameters are served through the server's parameter capability (read-only), and the
+server's time (its ``time`` capability) follows the newest sample sent: Foxglove and Lichtblick
+stamp each message with the server's time, so a live plot shows the samples at their own times,
+not at when the browser received them. Topic instances nobody watches cost nothing: their rows
+are not encoded.
 """
 
 from __future__ import annotations
@@ -67,6 +70,44 @@ _UNKNOWN_CHANNEL = re.compile(r"subscribe to unknown channel: (\d+)")
 
 STATUS_TOPIC: Final = "/ulogstream/status"
 """The recorder's status objects (the MQTT ``meta/status`` object)."""
+
+STAMP_PROPERTY: Final[dict[str, JsonValue]] = {
+    "type": "object",
+    "description": "the sample's time (its t), for the Plot panel's 'header stamp' mode",
+    "properties": {
+        "stamp": {
+            "type": "object",
+            "properties": {"sec": {"type": "integer"}, "nsec": {"type": "integer"}},
+        }
+    },
+}
+"""The ``header`` every sample sent to a viewer starts with (MQTT's payloads have none)."""
+
+
+def stamped_schema(schema: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """``schema`` (a row's JSON sample object) with the leading ``header.stamp`` of Foxglove's."""
+    properties = schema["properties"]
+    assert isinstance(properties, dict)  # noqa: S101 (row_json_schema's shape)
+    return {
+        **schema,
+        "properties": {"header": STAMP_PROPERTY, **properties},
+        "required": ["header", *properties],
+    }
+
+
+def stamped(payload: bytes, time_ns: int) -> bytes:
+    """A JSON sample payload with ``header.stamp`` (``{sec, nsec}`` of ``time_ns``) in front.
+
+    Foxglove's Plot panel can place each point at its message's ``header.stamp``: the sample's
+    own time to the nanosecond, whatever the order and moment it arrived in.
+    """
+    sec, nsec = divmod(time_ns, 1_000_000_000)
+    return b'{"header":{"stamp":{"sec":%d,"nsec":%d}},%s' % (sec, nsec, payload[1:])
+
+
+CLOCK_STEP_NS: Final = 1_000_000
+"""The server's time moves in steps of at least this much (1 ms): at most 1000 time messages a
+second however many samples are sent, and a plot's points keep their times to the millisecond."""
 
 LOG_SCHEMA_NAME: Final = "foxglove.Log"
 
@@ -205,6 +246,8 @@ class FoxgloveSink:
         """Channels advertised again because a viewer's subscription raced their advertisement."""
         self.sent = 0
         """Messages handed to the server (each reaches every viewer subscribed to it)."""
+        self._clock_ns = 0
+        """The server's time (the ``time`` capability): the newest sample's, never going back."""
 
     # -- the server ----------------------------------------------------------------------------
 
@@ -227,7 +270,7 @@ class FoxgloveSink:
                 name="ulogstream",
                 host=address.host,
                 port=address.port,
-                capabilities=[Capability.Parameters],
+                capabilities=[Capability.Parameters, Capability.Time],
                 server_listener=_Listener(self),
                 context=self._context,
                 message_backlog_size=self._backlog,
@@ -276,6 +319,14 @@ class FoxgloveSink:
         self._shared = mqtt
         self.policy.reuse_json_of(mqtt)
 
+    def log_started(self) -> None:
+        """A new log: the server's time may go back to its samples' (a viewer takes it as a seek).
+
+        Its samples' times start from the wall clock at its start, which the previous log's may
+        have run ahead of (a flight replayed faster than real time).
+        """
+        self._clock_ns = 0
+
     def event(self, event: ULogEvent, now: float, shared: Sequence[MqttMessage] = ()) -> None:
         """Send what one event causes; ``shared``: what the followed MQTT policy made of it."""
         if type(event) is DataRows:  # the most frequent event by far: the shortest path
@@ -309,8 +360,21 @@ class FoxgloveSink:
             instance = by_topic.get(message.topic)
             if instance is not None:
                 time_ns = round(json_sample_time(message.payload) * 1e9)
-                instance.channel.log(message.payload, log_time=time_ns)
+                if time_ns >= self._clock_ns + CLOCK_STEP_NS:
+                    self._advance_clock(time_ns)
+                instance.channel.log(stamped(message.payload, time_ns), log_time=time_ns)
                 self.sent += 1
+
+    def _advance_clock(self, time_ns: int) -> None:
+        """Tell the viewers that the server's time is now ``time_ns`` (a newer sample's time).
+
+        A Foxglove-lineage viewer stamps each message it receives with the server's latest time
+        (its wall clock without the ``time`` capability), and drops what it buffered when that
+        time goes back; so the time follows the newest sample sent, and only forward.
+        """
+        self._clock_ns = time_ns
+        if self._server is not None:
+            self._server.broadcast_time(time_ns)
 
     def offer(self, messages: list[MqttMessage]) -> None:
         """Send this sink's policy's samples, logged strings and status to their channels."""
@@ -319,7 +383,9 @@ class FoxgloveSink:
             instance = by_topic.get(message.topic)
             if instance is not None:
                 time_ns = round(json_sample_time(message.payload) * 1e9)
-                instance.channel.log(message.payload, log_time=time_ns)
+                if time_ns >= self._clock_ns + CLOCK_STEP_NS:
+                    self._advance_clock(time_ns)
+                instance.channel.log(stamped(message.payload, time_ns), log_time=time_ns)
             elif message.topic == self.policy.status_topic:
                 self._status_channel.log(message.payload, log_time=time.time_ns())
             elif message.topic == self.policy.log_topic:
@@ -384,7 +450,8 @@ class FoxgloveSink:
             if topic is None:
                 topic = instance_topic(sub.name, sub.multi_id, self._taken)
                 self._taken.add(topic)
-            channel = self._json_channel(topic, sub.name, row_json_schema(sub.name, sub.dtype))
+            schema = stamped_schema(row_json_schema(sub.name, sub.dtype))
+            channel = self._json_channel(topic, sub.name, schema)
             instance = self._by_key[key] = _Instance(sub.name, sub.multi_id, sub.dtype, channel)
         self._route(instance)
         self._by_msg_id[sub.msg_id] = instance
