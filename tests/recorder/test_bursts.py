@@ -20,12 +20,12 @@ if TYPE_CHECKING:
     from ulogstream.recorder.recorder import Recorder
 
 
-def vehicle() -> MavlinkCodec:
-    return MavlinkCodec(system_id=1, component_id=1)
+def vehicle(system_id: int = 1) -> MavlinkCodec:
+    return MavlinkCodec(system_id=system_id, component_id=1)
 
 
-def data(sequence: int, *, acked: bool = False) -> bytes:
-    return vehicle().encode_logging_data(sequence, 254, 155, 0, b"x" * 40, acked=acked)
+def data(sequence: int, *, acked: bool = False, system_id: int = 1) -> bytes:
+    return vehicle(system_id).encode_logging_data(sequence, 254, 155, 0, b"x" * 40, acked=acked)
 
 
 def after(recorder: Recorder, *datagrams: bytes) -> float:
@@ -51,3 +51,14 @@ async def test_only_a_data_phase_lets_bursts_gather(tmp_path: Path) -> None:
     assert after(recorder, data(7), data(8, acked=True)) == 0.0  # an ack is due
     assert after(recorder, data(9, acked=True)) == 0.0  # and while acked packets go on
     assert after(recorder, data(10)) == DATA_PAUSE_S
+
+
+@pytest.mark.asyncio
+async def test_one_vehicles_data_phase_never_slows_anothers_header(tmp_path: Path) -> None:
+    recorder = build_recorder(recorder_settings("udpin:127.0.0.1:0", tmp_path, target_sysid=9))
+    assert after(recorder, data(0, system_id=1), data(1, system_id=1)) == DATA_PAUSE_S
+    # Vehicle 2 starts a log: its header goes stop-and-wait, one ACKED packet per ack.
+    assert after(recorder, data(0, acked=True, system_id=2)) == 0.0
+    assert after(recorder, data(2, system_id=1), data(3, system_id=1)) == 0.0  # 2 waits
+    assert after(recorder, data(1, acked=True, system_id=2), data(4, system_id=1)) == 0.0
+    assert after(recorder, data(2, system_id=2)) == DATA_PAUSE_S  # both stream data now

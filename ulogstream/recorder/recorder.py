@@ -96,10 +96,10 @@ DATA_PAUSE_S = 0.003
 PX4 sends no LOGGING_DATA_ACKED while it streams a log's data, so no ack can be due: the
 datagrams that come meanwhile (LOGGING_DATA every 0.5-1.2 ms, and the link's telemetry) gather in
 the kernel's buffer and one wake-up reads them all, where each would cost a loop turn of its own.
-After an ACKED packet, a HEARTBEAT or a COMMAND_ACK, and while the newest logging packet is an
-ACKED one (the header, stop-and-wait), the socket is read at once. The rare ACKED packet of the
-data phase (a topic subscribed late, a perf report) is acked at most this much later: the ack
-round trip stays under 5 ms."""
+After an ACKED packet, a HEARTBEAT or a COMMAND_ACK, and while any vehicle's newest logging
+packet is an ACKED one (a header, stop-and-wait), the socket is read at once. The rare ACKED
+packet of the data phase (a topic subscribed late, a perf report) is acked at most this much
+later: the ack round trip stays under 5 ms."""
 
 
 TIMER_TICK_S = 0.05
@@ -226,7 +226,11 @@ class Recorder:
         self._urgent = False
         """A message other than LOGGING_DATA came since the last burst: read on at once."""
         self._data_phase = False
-        """The newest logging packet was LOGGING_DATA, not ACKED: a burst may be let gather."""
+        """LOGGING_DATA has come: a log's data streams, and a burst may be let gather."""
+        self._acked: set[int] = set()
+        """The vehicles whose newest logging packet was ACKED: an ack may be due (stop-and-wait
+        in a header), so the link is read at once. One vehicle's data phase must not slow
+        another's header on the same link."""
 
     @property
     def vehicle_ids(self) -> dict[int, str]:
@@ -527,9 +531,11 @@ class Recorder:
                 self._urgent = True
             elif message.needs_ack:
                 self._urgent = True
-                self._data_phase = False
+                self._acked.add(message.system_id)
             else:
                 self._data_phase = True
+                if self._acked:
+                    self._acked.discard(message.system_id)
         router = self.parts.router
         for system_id, group in router.route(messages):
             pipeline = self.vehicles.get(system_id)
@@ -548,7 +554,7 @@ class Recorder:
         if self._urgent:
             self._urgent = False
             return 0.0
-        return DATA_PAUSE_S if self._data_phase else 0.0
+        return DATA_PAUSE_S if self._data_phase and not self._acked else 0.0
 
     def _heard_armed(self, system_id: int, messages: list[MavlinkMessage]) -> None:
         """Tell the shipper whether the autopilot ``system_id`` is armed (its HEARTBEAT)."""
