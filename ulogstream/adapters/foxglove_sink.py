@@ -105,9 +105,10 @@ def stamped(payload: bytes, time_ns: int) -> bytes:
     return b'{"header":{"stamp":{"sec":%d,"nsec":%d}},%s' % (sec, nsec, payload[1:])
 
 
-CLOCK_STEP_NS: Final = 1_000_000
-"""The server's time moves in steps of at least this much (1 ms): at most 1000 time messages a
-second however many samples are sent, and a plot's points keep their times to the millisecond."""
+CLOCK_STEP_NS: Final = 10_000_000
+"""The server's time moves in steps of at least this much sample time (10 ms): at most 100 time
+messages a second to each viewer of a live stream, however many samples go out (a flight
+replayed faster sends more); ``header.stamp`` keeps each sample's exact time."""
 
 LOG_SCHEMA_NAME: Final = "foxglove.Log"
 
