@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import socket
@@ -19,8 +20,10 @@ from support.shared_data import shared_ulg
 
 from ulogstream.adapters.foxglove_sink import (
     LOG_SCHEMA,
+    SDK_CLIENT_LOGGER,
     STATUS_SCHEMA,
     FoxgloveSink,
+    _SdkLogWatch,
     foxglove_log,
     stamped,
     stamped_schema,
@@ -292,3 +295,22 @@ def test_demo_prints_the_foxglove_url(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert f"Open connection > Foxglove WebSocket > ws://127.0.0.1:{port}" in result.stdout
+
+
+def test_handled_viewer_events_are_no_error_lines() -> None:
+    readvertise: set[int] = set()
+    watch = _SdkLogWatch(readvertise)
+
+    def record(text: str) -> logging.LogRecord:
+        return logging.LogRecord(SDK_CLIENT_LOGGER, logging.ERROR, "", 0, text, None, None)
+
+    raced = record("Client 127.0.0.1:41406 attempted to subscribe to unknown channel: 8")
+    assert watch.filter(raced)
+    assert (raced.levelno, raced.levelname, readvertise) == (logging.DEBUG, "DEBUG", {8})
+    gone = record("Connection reset without closing handshake")
+    assert watch.filter(gone)
+    assert (gone.levelno, gone.levelname) == (logging.INFO, "INFO")
+    assert not watch.filter(record("Error sending message to client 127.0.0.1:1: closed"))
+    other = record("something the SDK could not do")
+    assert watch.filter(other)
+    assert other.levelno == logging.ERROR

@@ -123,6 +123,8 @@ class Run:
     late: Viewer
     killed_while_receiving: int
     parameters: list[dict[str, object]] = field(default_factory=list)
+    log: str = ""
+    """The recorder's log (stderr)."""
 
 
 def _stderr_text(path: Path) -> str:
@@ -212,7 +214,7 @@ def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         recordings = sorted((tmp / "rec").rglob("*.ulg"))
         parameters = first.of_kind("parameters")[0]["parameters"]
         assert isinstance(parameters, list)
-        yield Run(source, recordings, first, late, received, parameters)
+        yield Run(source, recordings, first, late, received, parameters, _stderr_text(rec_err))
     finally:
         for viewer in viewers:
             viewer.close()
@@ -355,6 +357,12 @@ def test_viewers_stamp_each_sample_with_its_own_time(run: Run) -> None:
     # that much late. Stamped on arrival, as without the capability, it would be seconds off.
     assert clock_median <= 100_000_000, clock_median
     assert arrival_median > 10 * clock_median, (arrival_median, clock_median)
+
+
+def test_handled_viewer_events_log_no_error(run: Run) -> None:
+    """Viewers joining mid-log and one killed mid-stream are handled: not an ERROR line."""
+    errors = [line for line in run.log.splitlines() if " ERROR " in line]
+    assert errors == []
 
 
 def test_at_rate_0_every_row_arrives_with_pyulog_values(run: Run) -> None:

@@ -509,10 +509,13 @@ class FoxgloveSink:
 
 
 class _SdkLogWatch(logging.Filter):
-    """Watches the SDK's viewer log: failed subscriptions are noted, per-message errors muted.
+    """Watches the SDK's viewer log: failed subscriptions are noted, handled events not errors.
 
     A vanished viewer makes the SDK log one error per message it could not send: the first
-    "connection reset" says it all, so "Error sending message" records are dropped.
+    "connection reset" says it all, so "Error sending message" records are dropped, and the
+    reset itself (a viewer closed without a goodbye) is an INFO line. A subscription that raced
+    its channel's advertisement is handled (the channel is advertised again and counted in
+    ``foxglove_channels_replaced``): a DEBUG line, not an ERROR.
     """
 
     def __init__(self, readvertise: set[int]) -> None:
@@ -526,7 +529,16 @@ class _SdkLogWatch(logging.Filter):
         unknown = _UNKNOWN_CHANNEL.search(text)
         if unknown is not None:
             self._readvertise.add(int(unknown.group(1)))  # set.add: atomic under the GIL
+            _relevel(record, logging.DEBUG)
+        elif "without closing handshake" in text:
+            _relevel(record, logging.INFO)
         return True
+
+
+def _relevel(record: logging.LogRecord, level: int) -> None:
+    """Give ``record`` another level (handlers then judge it by that one)."""
+    record.levelno = level
+    record.levelname = logging.getLevelName(level)
 
 
 class _Listener(ServerListener):
