@@ -68,6 +68,10 @@ SDK_CLIENT_LOGGER: Final = "foxglove.websocket.connected_client"
 
 _UNKNOWN_CHANNEL = re.compile(r"subscribe to unknown channel: (\d+)")
 
+_VIEWER_GONE: Final = ("Connection reset by peer", "without closing handshake")
+"""What the SDK logs (as errors) when a viewer leaves without a close frame: a killed browser
+tab, a dropped network. The SDK's poller says the first, its sender the second."""
+
 STATUS_TOPIC: Final = "/ulogstream/status"
 """The recorder's status objects (the MQTT ``meta/status`` object)."""
 
@@ -513,9 +517,9 @@ class _SdkLogWatch(logging.Filter):
 
     A vanished viewer makes the SDK log one error per message it could not send: the first
     "connection reset" says it all, so "Error sending message" records are dropped, and the
-    reset itself (a viewer closed without a goodbye) is an INFO line. A subscription that raced
-    its channel's advertisement is handled (the channel is advertised again and counted in
-    ``foxglove_channels_replaced``): a DEBUG line, not an ERROR.
+    reset itself (a viewer gone without a close frame, :data:`_VIEWER_GONE`) is an INFO line.
+    A subscription that raced its channel's advertisement is handled (the channel is advertised
+    again and counted in ``foxglove_channels_replaced``): a DEBUG line, not an ERROR.
     """
 
     def __init__(self, readvertise: set[int]) -> None:
@@ -530,7 +534,7 @@ class _SdkLogWatch(logging.Filter):
         if unknown is not None:
             self._readvertise.add(int(unknown.group(1)))  # set.add: atomic under the GIL
             _relevel(record, logging.DEBUG)
-        elif "without closing handshake" in text:
+        elif any(reset in text for reset in _VIEWER_GONE):
             _relevel(record, logging.INFO)
         return True
 
