@@ -17,7 +17,6 @@ events out), :class:`ULogData` and :class:`ULogWriter`, and every error (catch
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from ulogstream.errors import (
@@ -31,6 +30,7 @@ from ulogstream.errors import (
     UploadError,
     UploadRejectedError,
 )
+from ulogstream.lazy import load_lazily
 
 if TYPE_CHECKING:
     from ulogstream.adapters.ulog_file import iter_events, read
@@ -51,13 +51,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'ulogstream' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once loaded, an ordinary attribute
-    return value
+    return load_lazily(globals(), _LAZY, name)
 
 
 def __dir__() -> list[str]:

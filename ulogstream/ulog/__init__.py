@@ -7,8 +7,9 @@ Each name below is imported from its module at its first use: the stream package
 the parser's event classes nor numpy.
 """
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ulogstream.lazy import load_lazily
 
 if TYPE_CHECKING:
     from ulogstream.ulog.dtypes import (
@@ -47,50 +48,44 @@ if TYPE_CHECKING:
     from ulogstream.ulog.reader import TopicData, ULogData, ULogReader
 
 _MODULES = {
-    "CompiledFormat": "dtypes",
-    "compile_format": "dtypes",
-    "decode_row": "dtypes",
-    "field_names": "dtypes",
-    "nested_dtype": "dtypes",
-    "parse_format": "dtypes",
-    "row_dict": "dtypes",
-    "string_fields": "dtypes",
-    "Corruption": "events",
-    "DataRows": "events",
-    "DefinitionsEnd": "events",
-    "Dropout": "events",
-    "FieldDefinition": "events",
-    "FileHeader": "events",
-    "FlagBits": "events",
-    "FormatDefined": "events",
-    "Info": "events",
-    "InfoMultiple": "events",
-    "InfoValue": "events",
-    "LoggedString": "events",
-    "Parameter": "events",
-    "ParameterDefault": "events",
-    "ParserWarning": "events",
-    "Subscription": "events",
-    "Sync": "events",
-    "Truncated": "events",
-    "ULogEvent": "events",
-    "Unsubscription": "events",
-    "ULogParser": "parser",
-    "TopicData": "reader",
-    "ULogData": "reader",
-    "ULogReader": "reader",
+    "CompiledFormat": "ulogstream.ulog.dtypes",
+    "compile_format": "ulogstream.ulog.dtypes",
+    "decode_row": "ulogstream.ulog.dtypes",
+    "field_names": "ulogstream.ulog.dtypes",
+    "nested_dtype": "ulogstream.ulog.dtypes",
+    "parse_format": "ulogstream.ulog.dtypes",
+    "row_dict": "ulogstream.ulog.dtypes",
+    "string_fields": "ulogstream.ulog.dtypes",
+    "Corruption": "ulogstream.ulog.events",
+    "DataRows": "ulogstream.ulog.events",
+    "DefinitionsEnd": "ulogstream.ulog.events",
+    "Dropout": "ulogstream.ulog.events",
+    "FieldDefinition": "ulogstream.ulog.events",
+    "FileHeader": "ulogstream.ulog.events",
+    "FlagBits": "ulogstream.ulog.events",
+    "FormatDefined": "ulogstream.ulog.events",
+    "Info": "ulogstream.ulog.events",
+    "InfoMultiple": "ulogstream.ulog.events",
+    "InfoValue": "ulogstream.ulog.events",
+    "LoggedString": "ulogstream.ulog.events",
+    "Parameter": "ulogstream.ulog.events",
+    "ParameterDefault": "ulogstream.ulog.events",
+    "ParserWarning": "ulogstream.ulog.events",
+    "Subscription": "ulogstream.ulog.events",
+    "Sync": "ulogstream.ulog.events",
+    "Truncated": "ulogstream.ulog.events",
+    "ULogEvent": "ulogstream.ulog.events",
+    "Unsubscription": "ulogstream.ulog.events",
+    "ULogParser": "ulogstream.ulog.parser",
+    "TopicData": "ulogstream.ulog.reader",
+    "ULogData": "ulogstream.ulog.reader",
+    "ULogReader": "ulogstream.ulog.reader",
 }
 """The module of ``ulogstream.ulog`` each name comes from."""
 
 
 def __getattr__(name: str) -> object:
-    module = _MODULES.get(name)
-    if module is None:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(f"ulogstream.ulog.{module}"), name)
-    globals()[name] = value  # once loaded, an ordinary attribute
-    return value
+    return load_lazily(globals(), _MODULES, name)
 
 
 def __dir__() -> list[str]:
