@@ -1,6 +1,7 @@
 // A Foxglove WebSocket viewer for the tests, built on Foxglove's own protocol client.
 //
-// Usage: node foxglove_client.mjs ws://HOST:PORT
+// Usage: node foxglove_client.mjs ws://HOST:PORT [SUBPROTOCOL,...]
+// (the subprotocols offered: by default "foxglove.sdk.v1" and "foxglove.websocket.v1")
 // It subscribes to every channel the server advertises and prints one JSON object per line:
 //   {"kind":"open"}
 //   {"kind":"advertise","id":N,"topic":"/x","encoding":"json","schemaName":"x",
@@ -25,8 +26,12 @@ if (!url) {
   process.exit(2);
 }
 
-// foxglove-sdk 0.30 accepts "foxglove.sdk.v1" only; the client speaks the older name too.
-const ws = new WebSocket(url, ["foxglove.sdk.v1", FoxgloveClient.SUPPORTED_SUBPROTOCOL]);
+// foxglove-sdk 0.30 accepts "foxglove.sdk.v1" only; the client speaks the older name too, which
+// is all Foxglove Studio 1.x offers (ulogstream's front answers both).
+const subprotocols = process.argv[3]
+  ? process.argv[3].split(",")
+  : ["foxglove.sdk.v1", FoxgloveClient.SUPPORTED_SUBPROTOCOL];
+const ws = new WebSocket(url, subprotocols);
 const client = new FoxgloveClient({ ws });
 const topics = new Map(); // subscription id -> topic
 const decoder = new TextDecoder();

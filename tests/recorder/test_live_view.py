@@ -68,11 +68,11 @@ def node_client_installed() -> None:
 class Viewer:
     """A running ``foxglove_client.mjs``: its output lines, parsed, as they come."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, subprotocols: tuple[str, ...] = ()) -> None:
         node = shutil.which("node")
         assert node is not None
         self.process = subprocess.Popen(
-            [node, str(CLIENT_SCRIPT), url],
+            [node, str(CLIENT_SCRIPT), url, *([",".join(subprotocols)] if subprotocols else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -196,7 +196,7 @@ def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             return _stderr_text(rec_err).count(": recording ")
 
         wait_until(lambda: logs_opened() >= 2, limit=60, what="the second log opened")
-        late = Viewer(found[0])
+        late = Viewer(found[0], ("foxglove.websocket.v1",))  # as Foxglove Studio 1.x offers
         viewers.append(late)
         doomed = Viewer(found[0])
         viewers.append(doomed)

@@ -32,12 +32,14 @@ from __future__ import annotations
 import json
 import logging
 import re
+import ssl
 import time
 from typing import TYPE_CHECKING, Final
 
 import foxglove
 from foxglove.websocket import Capability, ServerListener
 
+from ulogstream.adapters.foxglove_front import FoxgloveFront
 from ulogstream.errors import ConfigError
 from ulogstream.export.rostypes import LOG_TOPIC, PARAMETER_TOPIC, instance_topic
 from ulogstream.live.encode import JsonValue, json_sample_time, row_json_schema
@@ -229,6 +231,7 @@ class FoxgloveSink:
         """Where viewers connect (the port is the bound one once :meth:`start` returned)."""
         self._context = foxglove.Context()
         self._server: WebSocketServer | None = None
+        self._front: FoxgloveFront | None = None
         self._by_msg_id: dict[int, _Instance] = {}
         self._by_key: dict[tuple[str, int], _Instance] = {}
         self._by_topic: dict[str, _Instance] = {}
@@ -259,39 +262,43 @@ class FoxgloveSink:
     def start(self) -> None:
         """Listen for viewers.
 
+        The SDK's server listens on a loopback port of its own, behind a
+        :class:`~ulogstream.adapters.foxglove_front.FoxgloveFront` at the configured address,
+        so that viewers of either Foxglove WebSocket subprotocol connect.
+
         Raises:
             ConfigError: The address cannot be listened on (in use, unknown host) or the TLS
                 files cannot be read; one line naming the setting.
         """
-        tls_cert = tls_key = None
+        tls = None
         if self._tls_cert_file is not None and self._tls_key_file is not None:
-            tls_cert = _read(self._tls_cert_file, "foxglove.tls_cert_file")
-            tls_key = _read(self._tls_key_file, "foxglove.tls_key_file")
+            tls = _tls_context(self._tls_cert_file, self._tls_key_file)
         address = self.address
         logging.getLogger(SDK_CLIENT_LOGGER).addFilter(self._sdk_watch)
         logging.getLogger(f"{SDK_CLIENT_LOGGER}.poller").addFilter(self._sdk_watch)
         try:
             self._server = foxglove.start_server(
                 name="ulogstream",
-                host=address.host,
-                port=address.port,
+                host="127.0.0.1",
+                port=0,
                 capabilities=[Capability.Parameters, Capability.Time],
                 server_listener=_Listener(self),
                 context=self._context,
                 message_backlog_size=self._backlog,
-                tls_cert=tls_cert,
-                tls_key=tls_key,
             )
-        except (RuntimeError, ValueError) as err:
-            reason = str(err).removeprefix("FoxgloveError: ")
+            self._front = FoxgloveFront(listen=address, upstream_port=self._server.port, tls=tls)
+        except (RuntimeError, ValueError, OSError) as err:
+            self.stop()
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
             msg = (
-                f"foxglove.listen {address}: cannot listen for Foxglove viewers: {reason}; "
+                f"foxglove.listen {address}: cannot listen for Foxglove viewers: "
+                f"{reason.removeprefix('FoxgloveError: ')}; "
                 "choose another [HOST:]PORT (record --foxglove, or [foxglove] listen)"
             )
             raise ConfigError(msg) from None
         if address.port == 0:
-            self.address = type(address)(address.host, self._server.port)
-            self.url = foxglove_url(self.address, tls=tls_cert is not None)
+            self.address = type(address)(address.host, self._front.port)
+            self.url = foxglove_url(self.address, tls=tls is not None)
         logger.info("Foxglove live view at %s (Open connection > Foxglove WebSocket)", self.url)
 
     def stop(self) -> None:
@@ -304,6 +311,9 @@ class FoxgloveSink:
         self._by_shared_topic.clear()
         self._by_msg_id.clear()
         self._by_key.clear()
+        if self._front is not None:
+            self._front.close()
+            self._front = None
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -571,9 +581,25 @@ def _parameter(name: str, value: int | float) -> foxglove.Parameter:  # noqa: PY
     return foxglove.Parameter(name, value=value)
 
 
-def _read(path: Path, key: str) -> bytes:
+def _tls_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
+    """A server context for ``wss://`` from the configured files.
+
+    Raises:
+        ConfigError: A file cannot be read or is no PEM certificate and key; naming the setting.
+    """
+    for path, key in ((cert_file, "foxglove.tls_cert_file"), (key_file, "foxglove.tls_key_file")):
+        try:
+            path.read_bytes()
+        except OSError as err:
+            msg = f"{key} {path} cannot be read: {err.strerror}"
+            raise ConfigError(msg) from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        return path.read_bytes()
-    except OSError as err:
-        msg = f"{key} {path} cannot be read: {err.strerror}"
+        context.load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as err:
+        msg = (
+            f"foxglove.tls_cert_file {cert_file} and foxglove.tls_key_file {key_file} are no PEM "
+            f"certificate and matching private key: {err.reason or err}"
+        )
         raise ConfigError(msg) from None
+    return context
