@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from support.end_to_end import flight_log
 from support.foxglove_schema import foxglove_schema_problems
 from support.shared_data import shared_ulg
+from support.waiting import wait_until
 
 from ulogstream.adapters.foxglove_sink import (
     LOG_SCHEMA,
@@ -267,26 +269,37 @@ def test_an_unreadable_tls_file_is_one_error(tmp_path: Path) -> None:
         sink.start()
 
 
-def test_demo_prints_the_foxglove_url(tmp_path: Path) -> None:
+def test_demo_with_foxglove_flies_again_and_again_until_ctrl_c(tmp_path: Path) -> None:
+    """Issue 22: ``demo --foxglove`` lasted 14 s, too short to open a viewer and build a layout."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "ulogstream", "demo", "--foxglove", f"127.0.0.1:{port}"]
+    fast = ["--duration", "2", "--speed", "20", "--loss", "0", "--out", str(tmp_path)]
+    with subprocess.Popen(
+        [*command, *fast], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as demo:
+        wait_until(lambda: len(list(tmp_path.rglob("*.ulg"))) >= 3, limit=60, what="three flights")
+        assert demo.poll() is None  # still flying
+        demo.send_signal(signal.SIGINT)
+        out, err = demo.communicate(timeout=60)
+    assert demo.returncode == 0, err
+    assert f"Open connection > Foxglove WebSocket > ws://127.0.0.1:{port}" in out
+    assert "again and again until Ctrl-C" in out
+    flights = int(re.findall(r"Recorded (\d+) flights of 2 s", out)[0])
+    assert flights == len(list(tmp_path.rglob("*.ulg"))) >= 3
+    for path in tmp_path.rglob("*.ulg"):
+        assert read(path).topics  # every flight a whole, readable log
+
+
+def test_demo_flies_once_in_real_time_with_no_loop(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     result = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "ulogstream",
-            "demo",
-            "--foxglove",
-            f"127.0.0.1:{port}",
-            "--duration",
-            "2",
-            "--speed",
-            "20",
-            "--loss",
-            "0",
-            "--out",
-            str(tmp_path),
+            *(sys.executable, "-m", "ulogstream", "demo", "--foxglove", f"127.0.0.1:{port}"),
+            *("--no-loop", "--duration", "2", "--speed", "20", "--out", str(tmp_path)),
         ],
         capture_output=True,
         text=True,
@@ -294,7 +307,8 @@ def test_demo_prints_the_foxglove_url(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert f"Open connection > Foxglove WebSocket > ws://127.0.0.1:{port}" in result.stdout
+    assert len(list(tmp_path.rglob("*.ulg"))) == 1
+    assert "samples recovered" in result.stdout
 
 
 def test_handled_viewer_events_are_no_error_lines() -> None:

@@ -4,6 +4,9 @@ No vehicle, broker or files are needed: the flight log is generated with our own
 simulated PX4 streams it exactly as PX4's logger does (with a little packet loss), and the
 recorder (the same one ``ulogstream run`` uses) records and decodes it live. A live view shows
 the topics with their rates; at the end a summary says what was recovered and how to open it.
+
+With ``--loop`` (the default with ``--foxglove``) the flight is flown again and again in real
+time, one recording each, until Ctrl-C: time to open a viewer and build a layout.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import socket
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -66,6 +69,7 @@ class DemoOptions:
         seed: Seeds the flight and the losses: equal options give equal runs.
         mqtt_url: Also publish live to this broker (``mqtt://HOST[:PORT]``).
         foxglove_listen: Also serve a Foxglove live view at this ``[HOST:]PORT``.
+        loop: Fly the flight again and again (a new log each time) until stopped (Ctrl-C).
     """
 
     out_dir: Path = Path("recordings")
@@ -75,6 +79,14 @@ class DemoOptions:
     seed: int = 1
     mqtt_url: str | None = None
     foxglove_listen: str | None = None
+    loop: bool = False
+
+
+LOOP_IDLE_TIMEOUT_S = 1.0
+"""With ``loop``: a flight's log ends 1 s after its last data, and the next flight starts."""
+
+LOOP_MAX_LOGS = 10
+"""With ``loop``: the recordings kept (the oldest of this demo's own are deleted)."""
 
 
 def foxglove_hint(listen: str) -> str:
@@ -104,6 +116,8 @@ class DemoResult:
     source_samples: int
     recorded_samples: int
     flight_s: float
+    flights: int
+    """Recordings finished (one per flight; more than one with ``loop``)."""
     status: RecorderStatus
     sim: SimSummary | None
     mqtt_error: str | None = None
@@ -128,16 +142,22 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
         source = Path(tmp) / "simulated-flight.ulg"
         flight = generate_flight_log(source, duration_s=options.duration_s, seed=options.seed)
         port = free_udp_port()
+        recording_settings = RecordingSettings(out_dir=options.out_dir, min_free_mb=50)
+        if options.loop:
+            recording_settings = replace(
+                recording_settings, idle_timeout_s=LOOP_IDLE_TIMEOUT_S, max_logs=LOOP_MAX_LOGS
+            )
         settings = Settings(
             link=LinkSettings(connection=f"udpin:127.0.0.1:{port}"),
-            recording=RecordingSettings(out_dir=options.out_dir, min_free_mb=50),
+            recording=recording_settings,
             mqtt=MqttSettings(url=options.mqtt_url, vehicle_id="demo"),
             foxglove=FoxgloveSettings(
                 enabled=options.foxglove_listen is not None,
                 listen=options.foxglove_listen or FoxgloveSettings().listen,
             ),
         )
-        recorder = Recorder(recorder_parts(settings, once=True), once=True, count_topics=True)
+        once = not options.loop
+        recorder = Recorder(recorder_parts(settings, once=once), once=once, count_topics=True)
         recorder_task = asyncio.create_task(recorder.run())
         sim_stop = asyncio.Event()
         sim_task = asyncio.create_task(
@@ -148,6 +168,7 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
                 faults=FaultConfig(loss=options.loss, seed=options.seed),
                 keep_deliveries=False,
                 stop_event=sim_stop,
+                repeat=options.loop,
             )
         )
         started = time.monotonic()
@@ -168,6 +189,7 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
             source_samples=sum(flight.data_counts.values()),
             recorded_samples=recorded,
             flight_s=flight.duration_s,
+            flights=len(finished),
             status=recorder.status,
             sim=sim,
             mqtt_error=None if recorder.publisher is None else recorder.publisher.sink.last_error,
@@ -193,7 +215,7 @@ async def _watch(
         now = time.monotonic()
         if status.packets != last_packets:
             last_packets, quiet_since = status.packets, now
-        elif status.packets and now - quiet_since >= QUIET_BEFORE_STOP_S:
+        elif status.packets and now - quiet_since >= QUIET_BEFORE_STOP_S and not options.loop:
             recorder.request_stop()
         if view is not None:
             lines = view_lines(recorder, options, now - started)
@@ -208,10 +230,11 @@ async def _watch(
 def view_lines(recorder: Recorder, options: DemoOptions, elapsed_s: float) -> list[str]:
     """The live view: link, file, counters, then topic instances with their logged rates."""
     status = recorder.status
+    ending = "   Ctrl-C stops" if options.loop else ""
     lines = [
         (
             f"ulogstream demo: simulated PX4 -> UDP loopback ({options.loss:.0%} loss) -> recorder"
-            f"   {elapsed_s:5.1f} s"
+            f"   {elapsed_s:5.1f} s{ending}"
         ),
         recorder.status_text(),
         "",
@@ -256,10 +279,18 @@ def summary_lines(result: DemoResult, options: DemoOptions) -> list[str]:
             f"  {status.packets} packets received; {status.packets_lost} lost in "
             f"{status.gaps} gaps, marked by {status.dropouts} measured dropouts."
         ),
-        (
+    ]
+    if options.loop:
+        lines[0] = (
+            f"Recorded {result.flights} flights of {result.flight_s:.0f} s into "
+            f"{options.out_dir}; the last, {path} ({size_mb:.2f} MB), may end where Ctrl-C came."
+        )
+    else:
+        lines.append(
             f"  {result.recorded_samples} of {result.source_samples} samples recovered"
             f" ({share:.1%}): all that arrived whole."
-        ),
+        )
+    lines += [
         "Open it:",
         f"  ulogstream info {path}",
         f"  PlotJuggler: plotjuggler -d {path}   (or File > Load Data)",

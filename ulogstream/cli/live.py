@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -20,7 +21,6 @@ from ulogstream.recorder.recorder import Recorder
 from ulogstream.recorder.wiring import recorder_parts, replay_publisher
 
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Coroutine
 
     from ulogstream.config.sections import Settings
@@ -331,7 +331,11 @@ def configure_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duration", type=float, default=defaults.duration_s, help="seconds of flight"
     )
-    parser.add_argument("--speed", type=float, default=defaults.speed, help="replay speed")
+    parser.add_argument(
+        "--speed",
+        type=float,
+        help=f"replay speed (default {defaults.speed:g}; 1, real time, with --loop)",
+    )
     parser.add_argument("--loss", type=float, default=defaults.loss, help="packet loss (0..1)")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="random seed")
     parser.add_argument("--mqtt", metavar="URL", help="also publish live to this broker")
@@ -340,7 +344,18 @@ def configure_demo(parser: argparse.ArgumentParser) -> None:
         metavar="[HOST:]PORT",
         nargs="?",
         const=f"127.0.0.1:{FOXGLOVE_DEFAULT_PORT}",
-        help=f"also serve a live view to Foxglove (default 127.0.0.1:{FOXGLOVE_DEFAULT_PORT})",
+        help=(
+            f"also serve a live view to Foxglove (default 127.0.0.1:{FOXGLOVE_DEFAULT_PORT}); "
+            "implies --loop"
+        ),
+    )
+    parser.add_argument(
+        "--loop",
+        action=argparse.BooleanOptionalAction,
+        help=(
+            "fly the flight again and again in real time, a recording each, until Ctrl-C "
+            "(default with --foxglove; --no-loop: one flight)"
+        ),
     )
 
 
@@ -351,13 +366,16 @@ def run_demo(args: argparse.Namespace) -> int:
     if not 0 <= args.loss < 1:
         msg = f"--loss must be in [0, 1), not {args.loss}"
         raise CliError(msg)
-    if args.duration <= 0 or args.speed <= 0:
+    loop = args.foxglove is not None if args.loop is None else args.loop
+    speed = args.speed if args.speed is not None else 1.0 if loop else DemoOptions().speed
+    if args.duration <= 0 or speed <= 0:
         msg = "--duration and --speed must be positive"
         raise CliError(msg)
     options = DemoOptions(
         out_dir=args.out,
         duration_s=args.duration,
-        speed=args.speed,
+        speed=speed,
+        loop=loop,
         loss=args.loss,
         seed=args.seed,
         mqtt_url=args.mqtt,
@@ -366,9 +384,10 @@ def run_demo(args: argparse.Namespace) -> int:
     terminal = sys.stdout.isatty()
     # The injected losses are the point of the demo and its view shows them: warn of no more.
     setup_logging("error", terminal=sys.stderr.isatty())
+    again = ", again and again until Ctrl-C" if options.loop else ""
     sys.stdout.write(
         f"Generating a {options.duration_s:.0f} s quadrotor flight and streaming it from a "
-        f"simulated PX4 at {options.speed:g}x...\n"
+        f"simulated PX4 at {options.speed:g}x{again}...\n"
     )
     if options.foxglove_listen is not None:
         sys.stdout.write(f"{foxglove_hint(options.foxglove_listen)}\n")
