@@ -255,7 +255,10 @@ class FoxgloveSink:
         self.sent = 0
         """Messages handed to the server (each reaches every viewer subscribed to it)."""
         self._clock_ns = 0
-        """The server's time (the ``time`` capability): the newest sample's, never going back."""
+        """The server's time (the ``time`` capability): the newest sample's, going back only
+        when the samples' wall clock is anchored anew (see :meth:`_follow_anchor`)."""
+        self._anchors_seen: dict[int, int] = {}
+        """Each policy's ``anchors`` when its samples were last sent."""
 
     # -- the server ----------------------------------------------------------------------------
 
@@ -370,6 +373,7 @@ class FoxgloveSink:
         """
         if self._readvertise:
             self._advertise_again()
+        self._follow_anchor(self._shared)
         by_topic = self._by_shared_topic
         for message in messages:
             instance = by_topic.get(message.topic)
@@ -379,6 +383,18 @@ class FoxgloveSink:
                     self._advance_clock(time_ns)
                 instance.channel.log(stamped(message.payload, time_ns), log_time=time_ns)
                 self.sent += 1
+
+    def _follow_anchor(self, policy: PublishPolicy | None) -> None:
+        """Let the server's time go back once when the samples' wall clock was anchored anew.
+
+        A log's first samples carry the receiver's clock until a GPS fix anchors them on UTC;
+        a companion computer's clock that is off (no RTC, no network) or a replayed flight
+        puts that far from the GPS time, and a clock that only went forward would stand still
+        until the samples caught up (the viewers' receive times frozen, for days on a replay).
+        """
+        if policy is not None and policy.anchors != self._anchors_seen.get(id(policy)):
+            self._anchors_seen[id(policy)] = policy.anchors
+            self._clock_ns = 0
 
     def _advance_clock(self, time_ns: int) -> None:
         """Tell the viewers that the server's time is now ``time_ns`` (a newer sample's time).
@@ -393,6 +409,7 @@ class FoxgloveSink:
 
     def offer(self, messages: list[MqttMessage]) -> None:
         """Send this sink's policy's samples, logged strings and status to their channels."""
+        self._follow_anchor(self.policy)
         by_topic = self._by_topic
         for message in messages:
             instance = by_topic.get(message.topic)

@@ -221,6 +221,10 @@ class PublishPolicy:
         self.reused_samples = 0
         """JSON sample payloads taken from the policy of :meth:`reuse_json_of`, which had just
         encoded the same rows with the same wall clock, instead of encoding them again."""
+        self.anchors = 0
+        """How often the samples' wall clock (their ``t``) was anchored: once on the receiver's
+        clock as each log starts, once more on its first GPS fix. Samples' times may jump
+        then, backwards too (a companion computer's clock that is off, a replayed flight)."""
         self._json_source: PublishPolicy | None = None
         self.last_json: tuple[DataRows, int | None, float, list[bytes]] | None = None
         """The newest JSON encoding: the event, its row (None: all), the time base, payloads."""
@@ -576,6 +580,7 @@ class PublishPolicy:
     def _anchor(self, timestamp_us: int) -> None:
         if self._wall_time is not None:
             self._offset_s = self._wall_time - timestamp_us / 1e6
+            self.anchors += 1
             self._set_time_source("receiver")
 
     def _gps_anchor(self, event: DataRows) -> None:
@@ -583,6 +588,7 @@ class PublishPolicy:
         if fix is not None:
             utc_us, stamp_us = fix
             self._offset_s = (utc_us - stamp_us) / 1e6
+            self.anchors += 1
             self._set_time_source("gps")
 
     def _set_time_source(self, source: str) -> None:
