@@ -1,0 +1,214 @@
+"""A real viewer in a real browser draws the live view: Foxglove Studio in headless chromium.
+
+``ulogstream demo --foxglove`` (the simulated PX4 flying a generated flight in real time, again
+and again) serves the live view; Foxglove Studio 1.48's web build, from npm as published
+(``tests/viewer``: the package's own bundle in a page, with a layout of a Plot panel on
+``/vehicle_local_position.z`` in its "header stamp" mode and a Raw Messages panel), connects the
+way a user's does: its Foxglove WebSocket data source, subprotocol ``foxglove.websocket.v1``.
+Debian's chromium runs it, driven by playwright-core (``tests/viewer/drive.mjs``).
+
+Checked as a user would see it: the Problems tab says "No problems found"; the Plot panel's own
+CSV download (what it drew) has its points at the samples' own times, each one a row of the
+recorded log (pyulog) with its value; the server's time the viewer keeps follows them. The
+screenshot is kept (``tests/viewer/artifacts/``) and is the README's picture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import json
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from decimal import Decimal
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pytest
+from pyulog import ULog
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+VIEWER_DIR = Path(__file__).resolve().parents[1] / "viewer"
+ARTIFACTS = VIEWER_DIR / "artifacts"
+PLOT_TOPIC = "/vehicle_local_position"
+PLOT_FIELD = "z"
+WATCH_S = 12
+"""Seconds the viewer plots after its first message, before the checks."""
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def viewer_installed() -> Path:
+    """Debian's chromium and the npm packages of ``tests/viewer``; skip with the reason if not."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("Debian's chromium is needed for the browser test (.ci/test installs it)")
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for the browser test (Debian: nodejs, npm)")
+    if not (VIEWER_DIR / "node_modules" / "@foxglove" / "studio-base").is_dir():
+        result = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=VIEWER_DIR,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        if result.returncode != 0:
+            pytest.skip(f"npm ci in {VIEWER_DIR} failed: {result.stderr.strip()[-300:]}")
+    return Path(chromium)
+
+
+@contextlib.contextmanager
+def page_server() -> Iterator[int]:
+    """A real HTTP server on 127.0.0.1 serving ``tests/viewer`` (the page and its packages)."""
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base's name)
+            del format, args
+
+    handler = functools.partial(Quiet, directory=str(VIEWER_DIR))
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield server.server_address[1]
+        finally:
+            server.shutdown()
+            thread.join(timeout=10)
+
+
+def free_tcp_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class Seen:
+    """What the viewer showed, and the logs the demo recorded meanwhile."""
+
+    def __init__(self, report: dict[str, object], recordings: list[Path]) -> None:
+        self.report = report
+        self.recordings = recordings
+        with Path(str(report["csv"])).open(newline="") as f:
+            self.rows = list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module", name="seen")
+def fixture_seen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seen]:
+    chromium = viewer_installed()
+    tmp = tmp_path_factory.mktemp("browser")
+    port = free_tcp_port()
+    out = tmp / "rec"
+    demo_err = tmp / "demo.err"
+    with demo_err.open("w") as err:
+        demo = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "ulogstream", "demo"),
+                *("--foxglove", f"127.0.0.1:{port}", "--duration", "90", "--loss", "0"),
+                *("--out", str(out)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        ARTIFACTS.mkdir(exist_ok=True)
+        with page_server() as http_port:
+            page = (
+                f"http://127.0.0.1:{http_port}/index.html?ds=foxglove-websocket"
+                f"&ds.url=ws://127.0.0.1:{port}&plot={PLOT_TOPIC}.{PLOT_FIELD}"
+            )
+            node = shutil.which("node")
+            assert node is not None
+            driven = subprocess.run(
+                [node, str(VIEWER_DIR / "drive.mjs"), page, str(ARTIFACTS), str(WATCH_S)],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=240,
+                env={"CHROMIUM": str(chromium), "PATH": "/usr/bin:/bin"},
+            )
+        assert driven.returncode == 0, driven.stderr[-2000:]
+        report = json.loads(driven.stdout.strip().splitlines()[-1])
+        assert demo.poll() is None, demo_err.read_text()  # still flying
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(timeout=60) == 0, demo_err.read_text()
+        recordings = sorted(out.rglob("*.ulg"))
+        yield Seen(report, recordings)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+
+
+def test_the_viewer_lists_no_problems(seen: Seen) -> None:
+    """Issue 22: "Failed to parse channel schema" on 109 of 133 channels; none now."""
+    assert seen.report["problems"] == "No problems found"
+    assert seen.report["errors"] == []
+
+
+def test_the_raw_messages_panel_shows_the_sample_with_its_header_stamp(seen: Seen) -> None:
+    text = str(seen.report["rawMessages"]).replace("\xa0", " ")  # the panel's spaces
+    assert text.startswith(PLOT_TOPIC.removeprefix("/") + " @ ")
+    for field in ("stamp", "sec", "nsec", "timestamp", "x", "y", "z", "vx", "heading"):
+        assert f"\n{field} " in text, field
+
+
+def test_the_plot_has_every_point_at_its_samples_own_time(seen: Seen) -> None:
+    """The Plot panel's CSV: each point is a recorded row, at its ``header.stamp``.
+
+    Each point's ``header.stamp`` minus the row's vehicle time (``timestamp``) is one offset,
+    the flight's GPS time (UTC) against its boot time, the same for every point: the plot puts
+    the samples where they were sampled, not where the browser received them.
+    """
+    rows = [row for row in seen.rows if row["topic"] == f"{PLOT_TOPIC}.{PLOT_FIELD}"]
+    assert len(rows) >= 5 * WATCH_S  # the demo's default rate cap (10 Hz) for WATCH_S s
+    recorded: dict[int, float] = {}
+    for path in seen.recordings:
+        (data,) = [d for d in ULog(str(path)).data_list if d.name == PLOT_TOPIC.removeprefix("/")]
+        for stamp_us, z in zip(data.data["timestamp"], data.data[PLOT_FIELD], strict=True):
+            recorded[int(stamp_us)] = float(str(np.float32(z)))
+    by_value: dict[float, list[int]] = {}
+    for stamp_us, value in recorded.items():
+        by_value.setdefault(value, []).append(stamp_us)
+    stamps_ns = [int(Decimal(row["header.stamp"]) * 10**9) for row in rows]
+    offsets = [
+        stamp_ns - stamp_us * 1000
+        for row, stamp_ns in zip(rows, stamps_ns, strict=True)
+        for stamp_us in by_value.get(float(row["value"]), [])
+    ]
+    offset = statistics.median_low(offsets)
+    for row, stamp_ns in zip(rows, stamps_ns, strict=True):
+        stamp_us = round((stamp_ns - offset) / 1000)
+        near = [recorded.get(stamp_us + d) for d in (-1, 0, 1)]  # t has microseconds
+        assert float(row["value"]) in near, (row, stamp_us)
+    # The offset is the flight's GPS time (2024), far from this machine's clock.
+    assert abs(offset / 1e9 - time.time()) > 86_400
+
+
+def test_the_viewers_clock_follows_the_samples(seen: Seen) -> None:
+    """The server's ``time``: the viewer's receive times are the newest sample's time."""
+    rows = [row for row in seen.rows if row["topic"] == f"{PLOT_TOPIC}.{PLOT_FIELD}"]
+    lags = [abs(Decimal(row["receive time"]) - Decimal(row["header.stamp"])) for row in rows]
+    assert statistics.median(lags) < Decimal("0.2"), statistics.median(lags)
+    assert max(lags) < Decimal(2), max(lags)
+
+
+def test_the_screenshot_is_kept(seen: Seen) -> None:
+    shot = Path(str(seen.report["screenshot"]))
+    assert shot.parent == ARTIFACTS
+    assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert shot.stat().st_size > 20_000  # panels drawn, not a blank page
