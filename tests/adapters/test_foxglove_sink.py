@@ -186,6 +186,7 @@ def test_foxglove_is_off_by_default_and_listens_on_loopback() -> None:
         ({"foxglove.tls_key_file": "/k.pem"}, "foxglove.tls_key_file needs foxglove.tls_cert"),
         ({"foxglove.default_rate_hz": -1}, "foxglove.default_rate_hz must be >= 0"),
         ({"foxglove.backlog": 0}, "foxglove.backlog must be >= 1"),
+        ({"foxglove.encoding": "protobuf"}, "foxglove.encoding must be one of 'json', 'cdr'"),
     ],
 )
 def test_bad_foxglove_settings_name_the_key(overrides: dict[str, object], message: str) -> None:

@@ -1,7 +1,10 @@
 // A Foxglove WebSocket viewer for the tests, built on Foxglove's own protocol client.
 //
-// Usage: node foxglove_client.mjs ws://HOST:PORT [SUBPROTOCOL,...]
-// (the subprotocols offered: by default "foxglove.sdk.v1" and "foxglove.websocket.v1")
+// Usage: node foxglove_client.mjs ws://HOST:PORT [SUBPROTOCOL,...] [ros2-only]
+// (the subprotocols offered: by default "foxglove.sdk.v1" and "foxglove.websocket.v1").
+// With "ros2-only" it filters as PlotJuggler's Foxglove WebSocket client does: only channels
+// with encoding "cdr" and schemaEncoding "ros2msg" are subscribed; their CDR messages are
+// decoded with @foxglove/rosmsg2-serialization (uint64 and int64 values printed as strings).
 // It subscribes to every channel the server advertises and prints one JSON object per line:
 //   {"kind":"open"}
 //   {"kind":"advertise","id":N,"topic":"/x","encoding":"json","schemaName":"x",
@@ -19,6 +22,8 @@ import { createInterface } from "node:readline";
 const require = createRequire(import.meta.url);
 const { FoxgloveClient } = require("@foxglove/ws-protocol");
 const { WebSocket } = require("ws");
+const { parse } = require("@foxglove/rosmsg");
+const { MessageReader } = require("@foxglove/rosmsg2-serialization");
 
 const url = process.argv[2];
 if (!url) {
@@ -31,7 +36,9 @@ if (!url) {
 const subprotocols = process.argv[3]
   ? process.argv[3].split(",")
   : ["foxglove.sdk.v1", FoxgloveClient.SUPPORTED_SUBPROTOCOL];
+const ros2Only = process.argv[4] === "ros2-only";
 const ws = new WebSocket(url, subprotocols);
+const readers = new Map(); // subscription id -> CDR MessageReader
 const client = new FoxgloveClient({ ws });
 const topics = new Map(); // subscription id -> topic
 const decoder = new TextDecoder();
@@ -57,18 +64,37 @@ client.on("advertise", (channels) => {
       schemaEncoding: channel.schemaEncoding,
       schema: channel.schema,
     });
-    topics.set(client.subscribe(channel.id), channel.topic);
+    if (ros2Only && !(channel.encoding === "cdr" && channel.schemaEncoding === "ros2msg")) {
+      continue; // what PlotJuggler leaves out
+    }
+    const id = client.subscribe(channel.id);
+    topics.set(id, channel.topic);
+    if (channel.encoding === "cdr") {
+      readers.set(id, new MessageReader(parse(channel.schema, { ros2: true })));
+    }
   }
 });
+
+// Decoded CDR as JSON: 64-bit integers as strings, typed arrays as arrays.
+function plain(value) {
+  if (typeof value === "bigint") return value.toString();
+  if (ArrayBuffer.isView(value)) return Array.from(value, plain);
+  if (Array.isArray(value)) return value.map(plain);
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, plain(v)]));
+  }
+  return value;
+}
 client.on("unadvertise", (ids) => emit({ kind: "unadvertise", ids }));
 client.on("message", ({ subscriptionId, timestamp, data }) => {
-  const text = decoder.decode(new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+  const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  const reader = readers.get(subscriptionId);
   emit({
     kind: "message",
     topic: topics.get(subscriptionId),
     logTime: timestamp.toString(),
     receiveTime: (BigInt(Date.now()) * 1000000n).toString(),
-    data: JSON.parse(text),
+    data: reader ? plain(reader.readMessage(bytes)) : JSON.parse(decoder.decode(bytes)),
   });
 });
 client.on("parameterValues", ({ parameters }) => emit({ kind: "parameters", parameters }));

@@ -15,7 +15,9 @@ rest (another rate cap, MQTT off) goes through a policy of this sink's own. The 
 
 - samples of topic instance ``(name, multi_id)`` to a channel named as in the MCAP export
   (``/vehicle_attitude``, ``/sensor_accel_1``), JSON-encoded with a JSON Schema of the row;
-  the message's log time is the sample's ``t``, and so is its leading ``header.stamp``;
+  the message's log time is the sample's ``t``, and so is its leading ``header.stamp``.
+  With ``foxglove.encoding = "cdr"`` they are ROS 2 messages instead (``cdr``, with the MCAP
+  export's ``ros2msg`` schemas), as PlotJuggler's Foxglove client requires;
 - logged strings to ``/rosout`` (the MCAP export's log topic) with the well-known
   ``foxglove.Log`` schema, so the Log panel shows them with their levels;
 - the recorder's status (file, bytes, packets, gaps, dropouts) to ``/ulogstream/status``.
@@ -40,14 +42,22 @@ import foxglove
 from foxglove.websocket import Capability, ServerListener
 
 from ulogstream.adapters.foxglove_front import FoxgloveFront
-from ulogstream.errors import ConfigError
-from ulogstream.export.rostypes import LOG_TOPIC, PARAMETER_TOPIC, instance_topic
+from ulogstream.errors import ConfigError, ExportError
+from ulogstream.export.rostypes import (
+    LOG_TOPIC,
+    PARAMETER_TOPIC,
+    RosVersion,
+    instance_topic,
+    new_typestore,
+    register_format,
+)
 from ulogstream.live.encode import JsonValue, json_sample_time, row_json_schema
 from ulogstream.live.policy import PublishPolicy, chooses_alike
 from ulogstream.ulog.events import (
     DataRows,
     DefinitionsEnd,
     FileHeader,
+    FormatDefined,
     Parameter,
     Subscription,
     ULogEvent,
@@ -59,6 +69,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from foxglove.websocket import Client, WebSocketServer
+    from rosbags.typesys.store import Typestore
 
     from ulogstream.config.values import ListenAddress
     from ulogstream.live.outbox import MqttMessage
@@ -73,6 +84,10 @@ _UNKNOWN_CHANNEL = re.compile(r"subscribe to unknown channel: (\d+)")
 _VIEWER_GONE: Final = ("Connection reset by peer", "without closing handshake")
 """What the SDK logs (as errors) when a viewer leaves without a close frame: a killed browser
 tab, a dropped network. The SDK's poller says the first, its sender the second."""
+
+ROS2_SCHEMA_ENCODING: Final = "ros2msg"
+CDR_ENCODING: Final = "cdr"
+"""The channels of ``foxglove.encoding = "cdr"``: what PlotJuggler's Foxglove client keeps."""
 
 STATUS_TOPIC: Final = "/ulogstream/status"
 """The recorder's status objects (the MQTT ``meta/status`` object)."""
@@ -210,7 +225,9 @@ class FoxgloveSink:
         tls_cert_file: Certificate to serve ``wss://`` with (None: plain ``ws://``).
         tls_key_file: The certificate's private key.
         backlog: Messages kept per viewer that reads slowly before the oldest are dropped.
-        policy: Chooses and encodes the rows (a policy of this sink's own, for its rate cap).
+        policy: Chooses and encodes the rows (a policy of this sink's own, for its rate cap),
+            in ``encoding``.
+        encoding: ``json`` or ``cdr`` (``foxglove.encoding``): the samples' channels.
     """
 
     def __init__(
@@ -221,8 +238,14 @@ class FoxgloveSink:
         tls_key_file: Path | None = None,
         backlog: int = 1024,
         policy: PublishPolicy,
+        encoding: str = "json",
     ) -> None:
         self.policy = policy
+        self._cdr = encoding == "cdr"
+        self._formats: dict[str, FormatDefined] = {}
+        """The log's formats (the ROS 2 schemas name the nested ones)."""
+        self._ros_types: Typestore | None = None
+        """The log's ROS 2 types (CDR channels; a new store for each log)."""
         self.address = listen
         self._tls_cert_file = tls_cert_file
         self._tls_key_file = tls_key_file
@@ -411,13 +434,19 @@ class FoxgloveSink:
         """Send this sink's policy's samples, logged strings and status to their channels."""
         self._follow_anchor(self.policy)
         by_topic = self._by_topic
+        cdr = self._cdr
         for message in messages:
             instance = by_topic.get(message.topic)
             if instance is not None:
-                time_ns = round(json_sample_time(message.payload) * 1e9)
+                if cdr:  # the time is the message's "t" (see PublishPolicy.cdr_topic)
+                    time_ns = round(float(message.user_properties[0][1]) * 1e9)
+                    payload = message.payload
+                else:
+                    time_ns = round(json_sample_time(message.payload) * 1e9)
+                    payload = stamped(message.payload, time_ns)
                 if time_ns >= self._clock_ns + CLOCK_STEP_NS:
                     self._advance_clock(time_ns)
-                instance.channel.log(stamped(message.payload, time_ns), log_time=time_ns)
+                instance.channel.log(payload, log_time=time_ns)
             elif message.topic == self.policy.status_topic:
                 self._status_channel.log(message.payload, log_time=time.time_ns())
             elif message.topic == self.policy.log_topic:
@@ -444,6 +473,8 @@ class FoxgloveSink:
         match event:
             case FileHeader():
                 self._new_log()
+            case FormatDefined(name):
+                self._formats[name] = event
             case Subscription():
                 self._subscribe(event)
             case Parameter(name, value, _):
@@ -471,6 +502,8 @@ class FoxgloveSink:
         self._by_msg_id.clear()
         self._new_params = {}
         self._definitions_done = False
+        self._formats = {}
+        self._ros_types = None
 
     def _subscribe(self, sub: Subscription) -> None:
         key = (sub.name, sub.multi_id)
@@ -482,15 +515,47 @@ class FoxgloveSink:
             if topic is None:
                 topic = instance_topic(sub.name, sub.multi_id, self._taken)
                 self._taken.add(topic)
-            schema = stamped_schema(row_json_schema(sub.name, sub.dtype))
-            channel = self._json_channel(topic, sub.name, schema)
+            channel = self._cdr_channel(topic, sub) if self._cdr else self._row_channel(topic, sub)
+            if channel is None:
+                return
             instance = self._by_key[key] = _Instance(sub.name, sub.multi_id, sub.dtype, channel)
         self._route(instance)
         self._by_msg_id[sub.msg_id] = instance
 
+    def _row_channel(self, topic: str, sub: Subscription) -> foxglove.Channel:
+        """A JSON channel of ``sub``'s samples, with ``header.stamp`` in front."""
+        schema = stamped_schema(row_json_schema(sub.name, sub.dtype))
+        return self._json_channel(topic, sub.name, schema)
+
+    def _cdr_channel(self, topic: str, sub: Subscription) -> foxglove.Channel | None:
+        """A ROS 2 channel of ``sub``'s samples: the MCAP export's ``ros2msg`` schema.
+
+        None (with a warning) where the format cannot be a ROS 2 type: that topic is not served.
+        """
+        if self._ros_types is None:
+            self._ros_types = new_typestore(RosVersion.ROS2)
+        try:
+            typename = register_format(self._ros_types, sub.name, self._formats, RosVersion.ROS2)
+        except ExportError as err:
+            logger.warning("Foxglove: topic %s is not served as ROS 2 messages: %s", topic, err)
+            return None
+        definition, _ = self._ros_types.generate_msgdef(typename, ros_version=2)
+        return foxglove.Channel(
+            topic,
+            schema=foxglove.Schema(
+                name=typename, encoding=ROS2_SCHEMA_ENCODING, data=definition.encode()
+            ),
+            message_encoding=CDR_ENCODING,
+            context=self._context,
+        )
+
     def _route(self, instance: _Instance) -> None:
         """Serve ``instance`` from MQTT's samples when MQTT chooses them alike, else its own."""
-        own_topic = self.policy.json_topic(instance.name, instance.multi_id)
+        own_topic = (
+            self.policy.cdr_topic(instance.name, instance.multi_id)
+            if self._cdr
+            else self.policy.json_topic(instance.name, instance.multi_id)
+        )
         mqtt = self._shared
         instance.shared = mqtt is not None and chooses_alike(
             mqtt.settings, self.policy.settings, instance.name
@@ -521,7 +586,10 @@ class FoxgloveSink:
             assert schema is not None  # noqa: S101 (every instance channel has one)
             old.close()  # first: the SDK hands out the open channel of an equal topic and schema
             channel = foxglove.Channel(
-                old.topic(), schema=schema, message_encoding="json", context=self._context
+                old.topic(),
+                schema=schema,
+                message_encoding=old.message_encoding,
+                context=self._context,
             )
             instance.channel = channel
             self.readvertised += 1

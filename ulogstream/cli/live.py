@@ -87,6 +87,11 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
         "--foxglove-rate", type=float, help="Foxglove samples/s per topic (default 10, 0 = all)"
     )
     parser.add_argument(
+        "--foxglove-encoding",
+        choices=["json", "cdr"],
+        help="Foxglove channels: json (default) or cdr (ROS 2 messages, for PlotJuggler)",
+    )
+    parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -115,6 +120,7 @@ def _settings(args: argparse.Namespace, *, connection: str | None = None) -> Set
         "foxglove.enabled": True if args.foxglove is not None else None,
         "foxglove.listen": args.foxglove,
         "foxglove.default_rate_hz": args.foxglove_rate,
+        "foxglove.encoding": args.foxglove_encoding,
     }
     overrides.update({key: value for key, value in options.items() if value is not None})
     if args.config is None and args.out is None and "recording.out_dir" not in overrides:

@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 Encoding = Literal["json", "msgpack", "ulog"]
 
+FoxgloveEncoding = Literal["json", "cdr"]
+
 
 MqttProtocol = Literal["3.1.1", "5"]
 
@@ -301,6 +303,9 @@ class FoxgloveSettings:
         tls_key_file: PEM PKCS#8 private key of ``tls_cert_file``.
         default_rate_hz: Per (topic, multi_id) rate cap; 0: every sample.
         backlog: Messages queued per viewer; a slow viewer loses the oldest beyond this.
+        encoding: ``json`` (JSON Schema channels with a ``header.stamp``: Foxglove, Lichtblick)
+            or ``cdr`` (ROS 2 channels, the MCAP export's ``ros2msg`` schemas: PlotJuggler,
+            and Foxglove or Lichtblick with arrays as arrays).
     """
 
     enabled: bool = False
@@ -309,9 +314,15 @@ class FoxgloveSettings:
     tls_key_file: Path | None = None
     default_rate_hz: float = 10.0
     backlog: int = 1024
+    encoding: FoxgloveEncoding = "json"
 
     def __post_init__(self) -> None:
         parse_listen(self.listen)
+        require(
+            self.encoding in get_args(FoxgloveEncoding),
+            "foxglove.encoding",
+            f"must be one of {', '.join(get_args(FoxgloveEncoding))}, not {self.encoding!r}",
+        )
         given, missing = ("tls_cert_file", "tls_key_file")
         if self.tls_cert_file is None:
             given, missing = missing, given

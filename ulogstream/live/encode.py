@@ -1,4 +1,4 @@
-"""Payloads of decoded rows and log values: flat JSON, MessagePack, JSON schemas (pure).
+"""Payloads of decoded rows and log values: flat JSON, MessagePack, ROS 2 CDR, JSON schemas.
 
 Every outlet encodes with these: MQTT's samples and the Foxglove view's messages have the same
 keys, named as pyulog and ``ulog2csv`` name them, with NaN as null and float32 values in their
@@ -35,6 +35,13 @@ MSGPACK_CONTENT_TYPE = "application/msgpack"
 
 
 RAW_CONTENT_TYPE = "application/octet-stream"
+
+
+CDR_CONTENT_TYPE = "application/cdr"
+
+
+CDR_HEADER = b"\x00\x01\x00\x00"
+"""A CDR payload's encapsulation: plain CDR, little endian, no options (as ROS 2 writes it)."""
 
 
 JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
@@ -121,6 +128,87 @@ class RowEncoder:
             packed: bytes = msgpack.packb(obj)
             payloads.append(packed)
         return payloads
+
+
+class CdrEncoder:
+    """ROS 2 CDR messages of rows of one format: the MCAP export's ``px4_ulog/msg`` types.
+
+    The message's fields are the row's, padding left out, in order, nested formats and arrays
+    laid out element by element; each primitive is aligned to its size (at most 8) from the
+    start of the message, ``bool`` is one byte 0 or 1, and ``char[N]`` is a ``string`` (a
+    ``uint32`` length with the NUL, the text cut at its first NUL, the NUL). Without strings the
+    layout is fixed: a batch is one byte gather from the rows into zeroed messages. With
+    strings each row is laid out in turn.
+    """
+
+    def __init__(self, dtype: np.dtype[np.void]) -> None:
+        self.itemsize = dtype.itemsize
+        leaves = [
+            (np.dtype(dtype_str).kind, offset, size)
+            for name, (dtype_str, offset, size) in _field_layout(dtype).items()
+            if not _is_padding_key(name)
+        ]
+        self._leaves = leaves
+        self._has_strings = any(kind == "S" for kind, _, _ in leaves)
+        src: list[int] = []
+        dst: list[int] = []
+        bools: list[int] = []
+        position = 0
+        for kind, offset, size in [] if self._has_strings else leaves:
+            position = _aligned(position, size)
+            src.extend(range(offset, offset + size))
+            dst.extend(range(position, position + size))
+            if kind == "b":
+                bools.append(position)
+            position += size
+        if not leaves:
+            position = 1  # ROS 2's empty message: one uint8 member, 0
+        self.size = position
+        """Bytes of each message after the header (formats without strings)."""
+        self._src = np.array(src, dtype=np.intp)
+        self._dst = np.array(dst, dtype=np.intp)
+        self._bools = np.array(bools, dtype=np.intp)
+
+    def payloads(self, rows: npt.NDArray[np.void]) -> list[bytes]:
+        """One CDR message (with its encapsulation header) per row."""
+        count = len(rows)
+        raw = np.ascontiguousarray(rows).view(np.uint8).reshape(count, self.itemsize)
+        if self._has_strings:
+            return [self._row_with_strings(row) for row in raw]
+        out = np.zeros((count, len(CDR_HEADER) + self.size), dtype=np.uint8)
+        out[:, : len(CDR_HEADER)] = np.frombuffer(CDR_HEADER, dtype=np.uint8)
+        body = out[:, len(CDR_HEADER) :]
+        body[:, self._dst] = raw[:, self._src]
+        if len(self._bools):
+            body[:, self._bools] = body[:, self._bools] != 0
+        data = out.tobytes()
+        step = out.shape[1]
+        return [data[i : i + step] for i in range(0, len(data), step)]
+
+    def _row_with_strings(self, row: npt.NDArray[np.uint8]) -> bytes:
+        data = row.tobytes()
+        out = bytearray()
+        for kind, offset, size in self._leaves:
+            value = data[offset : offset + size]
+            if kind == "S":
+                text = value.split(b"\0", 1)[0].decode("utf-8", "replace").encode()
+                out += bytes(_aligned(len(out), 4) - len(out))
+                out += (len(text) + 1).to_bytes(4, "little") + text + b"\0"
+                continue
+            out += bytes(_aligned(len(out), size) - len(out))
+            out += b"\x01" if kind == "b" and value != b"\0" else value
+        return CDR_HEADER + bytes(out)
+
+
+def _aligned(position: int, size: int) -> int:
+    """``position`` moved up to CDR's alignment of a primitive of ``size`` bytes."""
+    align = min(size, 8)
+    return -(-position // align) * align
+
+
+def _is_padding_key(name: str) -> bool:
+    """Whether a flat field name is (inside) padding: ``_padding0``, ``esc[0]._padding0``."""
+    return name.startswith(PADDING_PREFIX) or f".{PADDING_PREFIX}" in name
 
 
 _JSON_TYPES: dict[str, str] = {

@@ -32,9 +32,11 @@ import numpy as np
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.live.encode import (
+    CDR_CONTENT_TYPE,
     JSON_CONTENT_TYPE,
     MSGPACK_CONTENT_TYPE,
     RAW_CONTENT_TYPE,
+    CdrEncoder,
     JsonValue,
     RowEncoder,
     _dumps,
@@ -154,6 +156,8 @@ class _Instance:
     period: float
     json_topic: str
     msgpack_topic: str
+    cdr_topic: str
+    cdr_encoder: CdrEncoder | None
     raw_topic: str
     raw_properties: tuple[tuple[str, str], ...]
     raw_size: int
@@ -439,6 +443,8 @@ class PublishPolicy:
             period=0.0 if rate == 0 else 1.0 / rate,
             json_topic=self.json_topic(sub.name, sub.multi_id),
             msgpack_topic=f"{self._base}/msgpack/{suffix}",
+            cdr_topic=self.cdr_topic(sub.name, sub.multi_id),
+            cdr_encoder=CdrEncoder(sub.dtype) if "cdr" in settings.encodings else None,
             raw_topic=f"{self._base}/ulog/{suffix}",
             raw_properties=(("ulog_format", sub.name), ("ulog_schema", self._schema_topic(sub))),
             raw_size=sub.dtype.itemsize - self._trailing_padding(sub.name),
@@ -529,6 +535,18 @@ class PublishPolicy:
             out.extend(
                 MqttMessage(topic, p, qos=qos, content_type=MSGPACK_CONTENT_TYPE)
                 for p in inst.encoder.msgpack_payloads(rows, stamps, ftimes)
+            )
+        if inst.cdr_encoder is not None:
+            topic = inst.cdr_topic
+            out.extend(
+                MqttMessage(
+                    topic,
+                    p,
+                    qos=qos,
+                    content_type=CDR_CONTENT_TYPE,
+                    user_properties=(("t", f"{base + s / 1e6:.6f}"),),
+                )
+                for p, s in zip(inst.cdr_encoder.payloads(rows), stamps, strict=True)
             )
         if "ulog" in settings.encodings:
             data = np.ascontiguousarray(rows).tobytes()
@@ -669,6 +687,13 @@ class PublishPolicy:
     def json_topic(self, name: str, multi_id: int) -> str:
         """The topic of the JSON samples of topic instance ``(name, multi_id)``."""
         return f"{self._base}/json/{name}/{multi_id}"
+
+    def cdr_topic(self, name: str, multi_id: int) -> str:
+        """The topic of the ROS 2 CDR samples of ``(name, multi_id)``.
+
+        Their time is their user property ``t``: what the JSON samples' ``t`` is.
+        """
+        return f"{self._base}/cdr/{name}/{multi_id}"
 
     @property
     def log_topic(self) -> str:

@@ -257,13 +257,18 @@ def foxglove_view(foxglove: FoxgloveSettings) -> FoxgloveSink | None:
     from ulogstream.adapters.foxglove_sink import FoxgloveSink  # noqa: PLC0415 (the SDK: Foxglove only)
     from ulogstream.live.policy import PublishPolicy  # noqa: PLC0415 (numpy: live outlets only)
 
-    policy = PublishPolicy(vehicle_id="foxglove", default_rate_hz=foxglove.default_rate_hz)
+    policy = PublishPolicy(
+        vehicle_id="foxglove",
+        default_rate_hz=foxglove.default_rate_hz,
+        encodings=(foxglove.encoding,),
+    )
     return FoxgloveSink(
         listen=foxglove.address(),
         tls_cert_file=foxglove.tls_cert_file,
         tls_key_file=foxglove.tls_key_file,
         backlog=foxglove.backlog,
         policy=policy,
+        encoding=foxglove.encoding,
     )
 
 

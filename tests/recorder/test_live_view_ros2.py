@@ -1,0 +1,162 @@
+"""ROS 2 channels of the live view, subscribed as PlotJuggler subscribes: every row, decoded.
+
+``ulogstream record --foxglove --foxglove-encoding cdr`` at rate 0, fed a shared real PX4 log
+by ``ulogstream sim`` (twice, at USB speed). The viewer connects as PlotJuggler's Foxglove
+WebSocket client does (subprotocol ``foxglove.sdk.v1``, only channels with encoding ``cdr`` and
+schema encoding ``ros2msg``) and decodes each message with ``@foxglove/rosmsg2-serialization``
+against the advertised schema. The oracle is pyulog reading the recorded files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
+from pyulog import ULog
+from support.foxglove_viewer import Viewer, node_client_installed, pyulog_rows, same_value
+from support.shared_data import shared_ulg
+from support.waiting import wait_until
+
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.export.rostypes import ros2_field_name, ros_topic
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+SAMPLE = "px4-ulog-rs__6ba1abc7-b433-4029-b8f5-3b2bb12d3b6c.ulg"
+"""SITL v1.8.0: 34 topic instances, 20390 rows, nested formats (MIT)."""
+LOGS = 2
+
+pytestmark = [pytest.mark.shared, pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+@dataclass
+class Run:
+    source: Path
+    recordings: list[Path]
+    viewer: Viewer
+    log: str
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.fixture(scope="module", name="run")
+def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    source = shared_ulg(SAMPLE)
+    node_client_installed()
+    tmp = tmp_path_factory.mktemp("ros2")
+    port = free_udp_port()
+    exe = [sys.executable, "-m", "ulogstream"]
+    rec_err = tmp / "record.err"
+    with rec_err.open("w") as err:
+        recorder = subprocess.Popen(
+            [
+                *exe,
+                *("record", f"udpin:127.0.0.1:{port}", "--out", str(tmp / "rec")),
+                *("--foxglove", "127.0.0.1:0", "--foxglove-rate", "0"),
+                *("--foxglove-encoding", "cdr", "--idle-timeout", "1", "--no-status"),
+                *("--set", "foxglove.backlog=200000"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    viewer: Viewer | None = None
+    sim: subprocess.Popen[bytes] | None = None
+    try:
+        found: list[str] = []
+
+        def url_logged() -> bool:
+            found[:] = re.findall(r"Foxglove live view at (ws://\S+)", _text(rec_err))
+            return bool(found)
+
+        wait_until(url_logged, what="the recorder's Foxglove URL in its log")
+        viewer = Viewer(found[0], ("foxglove.sdk.v1",), ros2_only=True)
+        wait_until(lambda: bool(viewer.of_kind("open")), what="the viewer connected")
+        sim = subprocess.Popen(
+            [
+                *(*exe, "sim", str(source), f"udpout:127.0.0.1:{port}"),
+                *("--rate", "usb", "--speed", "max", "--repeat"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(
+            lambda: _text(rec_err).count("log finished:") >= LOGS, limit=90, what="logs finished"
+        )
+        recorder.send_signal(signal.SIGINT)
+        assert recorder.wait(timeout=60) == 0, _text(rec_err)
+        wait_until(lambda: bool(viewer.of_kind("close")), what="the viewer saw the end")
+        recordings = sorted((tmp / "rec").rglob("*.ulg"))
+        yield Run(source, recordings, viewer, _text(rec_err))
+    finally:
+        if viewer is not None:
+            viewer.close()
+        if sim is not None:
+            sim.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                sim.wait(timeout=10)
+        if recorder.poll() is None:
+            recorder.kill()
+            recorder.wait()
+
+
+def flat(value: object, key: str = "") -> dict[str, object]:
+    """A decoded ROS 2 message as pyulog's flat keys (``q[0]``, ``esc[1].rpm``)."""
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for name, item in value.items():
+            out.update(flat(item, f"{key}.{name}" if key else name))
+        return out
+    if isinstance(value, list):
+        out = {}
+        for index, item in enumerate(value):
+            out.update(flat(item, f"{key}[{index}]"))
+        return out
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return {key: int(value)}  # 64-bit integers come as strings
+    return {key: value}
+
+
+def ros2_key(pyulog_key: str) -> str:
+    """A pyulog flat key with each field name as the ROS 2 schema names it."""
+    return re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda m: ros2_field_name(m.group(0)), pyulog_key)
+
+
+def test_every_instance_is_a_ros2_channel_plotjuggler_keeps(run: Run) -> None:
+    advertised = {str(a["topic"]): a for a in run.viewer.of_kind("advertise")}
+    names = {ros_topic(d.name, d.multi_id): d.name for d in ULog(str(run.source)).data_list}
+    for topic, name in names.items():
+        channel = advertised[topic]
+        assert (channel["encoding"], channel["schemaEncoding"]) == ("cdr", "ros2msg")
+        assert channel["schemaName"] == f"px4_ulog/msg/{name.title().replace('_', '')}"
+
+
+def test_every_row_arrives_with_pyulogs_values(run: Run) -> None:
+    """Each log's rows, in order, decoded from CDR with the advertised schema."""
+    expected = pyulog_rows(run.recordings)
+    first_log = pyulog_rows(run.recordings[:1])
+    assert len(run.recordings) == LOGS
+    for topic, rows in expected.items():
+        messages = run.viewer.messages(topic)
+        decoded = [flat(m["data"]) for m in messages]
+        # the first log's first rows may pass before the subscription (as with JSON)
+        start = len(rows) - len(decoded)
+        assert 0 <= start <= len(first_log.get(topic, [])), topic
+        for message, got, row in zip(messages, decoded, rows[start:], strict=True):
+            assert got.keys() == {ros2_key(k) for k in row}, topic
+            for key, value in row.items():
+                assert same_value(got[ros2_key(key)], value), (topic, key, got[ros2_key(key)])
+            assert int(str(message["logTime"])) > 0
+
+
+def test_no_error_lines(run: Run) -> None:
+    assert [line for line in run.log.splitlines() if " ERROR " in line] == []
