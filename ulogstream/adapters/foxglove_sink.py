@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from foxglove.websocket import Client, WebSocketServer
+    from foxglove.websocket import ChannelView, Client, WebSocketServer
     from rosbags.typesys.store import Typestore
 
     from ulogstream.config.values import ListenAddress
@@ -125,6 +125,21 @@ def stamped(payload: bytes, time_ns: int) -> bytes:
     sec, nsec = divmod(time_ns, 1_000_000_000)
     return b'{"header":{"stamp":{"sec":%d,"nsec":%d}},%s' % (sec, nsec, payload[1:])
 
+
+PENDING_S: Final = 2.0
+"""How long a new channel's samples wait for a viewer's subscription (monotonic seconds).
+
+A viewer subscribes to a channel when it is advertised; the samples logged in between would
+reach nobody, so a connected viewer would miss each topic's first rows. They are kept, and sent
+when the first subscription arrives, or dropped after this long (no viewer wants them)."""
+
+PENDING_BUDGET: Final = 4 << 20
+"""Bytes of samples kept for new channels at most (all of them together)."""
+
+QUIET_NS: Final = 1_000_000_000
+"""A topic whose newest sample is this much older than the server's time is quiet: a viewer
+that subscribes to it is sent that sample again (commands, setpoints, states that change
+rarely would show nothing until their next change). Every viewer subscribed gets it."""
 
 CLOCK_STEP_NS: Final = 10_000_000
 """The server's time moves in steps of at least this much sample time (10 ms): at most 100 time
@@ -202,9 +217,21 @@ def foxglove_url(address: ListenAddress, *, tls: bool) -> str:
 class _Instance:
     """One topic instance's channel."""
 
-    __slots__ = ("anchors", "channel", "dtype", "multi_id", "name", "shared")
+    __slots__ = (
+        "advertised_at",
+        "anchors",
+        "channel",
+        "dtype",
+        "last",
+        "multi_id",
+        "name",
+        "pending",
+        "shared",
+    )
 
-    def __init__(self, name: str, multi_id: int, dtype: object, channel: foxglove.Channel) -> None:
+    def __init__(
+        self, name: str, multi_id: int, dtype: object, channel: foxglove.Channel, now: float
+    ) -> None:
         self.name = name
         self.multi_id = multi_id
         self.dtype = dtype
@@ -213,6 +240,17 @@ class _Instance:
         """Its rows anchor the wall clock: this sink's policy sees them even when unwatched."""
         self.shared = False
         """Served from the MQTT policy's samples (see :meth:`FoxgloveSink.follow`)."""
+        self.pending: list[tuple[bytes, int]] | None = []
+        """Samples kept until a viewer's subscription reaches the new channel (None: no more)."""
+        self.advertised_at = now
+        self.last: tuple[bytes, int] | None = None
+        """The newest sample sent and its time, for a viewer that subscribes later."""
+
+    def readvertised(self, channel: foxglove.Channel, now: float) -> None:
+        """A new channel for this instance: its first samples wait for the viewers again."""
+        self.channel = channel
+        self.pending = []
+        self.advertised_at = now
 
 
 class FoxgloveSink:
@@ -280,6 +318,13 @@ class FoxgloveSink:
         self._clock_ns = 0
         """The server's time (the ``time`` capability): the newest sample's, going back only
         when the samples' wall clock is anchored anew (see :meth:`_follow_anchor`)."""
+        self._now = 0.0
+        """The monotonic time of the newest event."""
+        self._pending_bytes = 0
+        self._subscribed: set[int] = set()
+        """Channels a viewer subscribed to (added from the server's threads)."""
+        self.resent = 0
+        """Samples of quiet topics sent again for a viewer that subscribed later."""
         self._anchors_seen: dict[int, int] = {}
         """Each policy's ``anchors`` when its samples were last sent."""
 
@@ -370,6 +415,9 @@ class FoxgloveSink:
 
     def event(self, event: ULogEvent, now: float, shared: Sequence[MqttMessage] = ()) -> None:
         """Send what one event causes; ``shared``: what the followed MQTT policy made of it."""
+        self._now = now
+        if self._subscribed:
+            self._catch_up()
         if type(event) is DataRows:  # the most frequent event by far: the shortest path
             instance = self._by_msg_id.get(event.subscription.msg_id)
             if instance is not None:
@@ -379,7 +427,11 @@ class FoxgloveSink:
                     if instance.anchors:
                         self.policy.observe_time(event)
                     return
-                if not instance.anchors and not instance.channel.has_sinks():
+                if (
+                    not instance.anchors
+                    and instance.pending is None
+                    and not instance.channel.has_sinks()
+                ):
                     return  # nobody watches: not encoded at all
         else:
             self._metadata(event)
@@ -402,10 +454,47 @@ class FoxgloveSink:
             instance = by_topic.get(message.topic)
             if instance is not None:
                 time_ns = round(json_sample_time(message.payload) * 1e9)
-                if time_ns >= self._clock_ns + CLOCK_STEP_NS:
-                    self._advance_clock(time_ns)
-                instance.channel.log(stamped(message.payload, time_ns), log_time=time_ns)
-                self.sent += 1
+                self._send(instance, stamped(message.payload, time_ns), time_ns)
+
+    def _send(self, instance: _Instance, payload: bytes, time_ns: int) -> None:
+        """Log one sample of ``instance``; a new channel's wait for its first subscription."""
+        if time_ns >= self._clock_ns + CLOCK_STEP_NS:
+            self._advance_clock(time_ns)
+        channel = instance.channel
+        pending = instance.pending
+        if pending is not None:
+            if not channel.has_sinks():
+                if (
+                    self._now - instance.advertised_at < PENDING_S
+                    and self._pending_bytes < PENDING_BUDGET
+                ):
+                    pending.append((payload, time_ns))
+                    self._pending_bytes += len(payload)
+                    return
+            else:
+                for early, early_ns in pending:
+                    channel.log(early, log_time=early_ns)
+                self.sent += len(pending)
+            self._pending_bytes -= sum(len(early) for early, _ in pending)
+            instance.pending = None
+        channel.log(payload, log_time=time_ns)
+        instance.last = (payload, time_ns)
+        self.sent += 1
+
+    def _catch_up(self) -> None:
+        """Send the newest sample of each quiet topic a viewer has just subscribed to."""
+        ids = set(self._subscribed)
+        self._subscribed.difference_update(ids)
+        for instance in self._by_key.values():
+            last = instance.last
+            if (
+                last is not None
+                and instance.pending is None
+                and self._clock_ns - last[1] >= QUIET_NS
+                and instance.channel.id() in ids
+            ):
+                instance.channel.log(last[0], log_time=last[1])
+                self.resent += 1
 
     def _follow_anchor(self, policy: PublishPolicy | None) -> None:
         """Let the server's time go back once when the samples' wall clock was anchored anew.
@@ -444,10 +533,9 @@ class FoxgloveSink:
                 else:
                     time_ns = round(json_sample_time(message.payload) * 1e9)
                     payload = stamped(message.payload, time_ns)
-                if time_ns >= self._clock_ns + CLOCK_STEP_NS:
-                    self._advance_clock(time_ns)
-                instance.channel.log(payload, log_time=time_ns)
-            elif message.topic == self.policy.status_topic:
+                self._send(instance, payload, time_ns)
+                continue
+            if message.topic == self.policy.status_topic:
                 self._status_channel.log(message.payload, log_time=time.time_ns())
             elif message.topic == self.policy.log_topic:
                 entry, time_ns = foxglove_log(json.loads(message.payload))
@@ -456,9 +544,17 @@ class FoxgloveSink:
                 continue  # schemas, info, retained params: served otherwise or not at all
             self.sent += 1
 
+    def subscribed(self, channel_id: int) -> None:
+        """A viewer subscribed to channel ``channel_id`` (called from the server's threads)."""
+        self._subscribed.add(channel_id)  # set.add: atomic under the GIL
+
     def counters(self) -> dict[str, int]:
         """This sink's counters for the status object."""
-        return {"foxglove_sent": self.sent, "foxglove_channels_replaced": self.readvertised}
+        return {
+            "foxglove_sent": self.sent,
+            "foxglove_resent": self.resent,
+            "foxglove_channels_replaced": self.readvertised,
+        }
 
     def parameters(self, names: list[str]) -> list[foxglove.Parameter]:
         """The log's parameters named ``names`` (all of them when empty)."""
@@ -518,7 +614,8 @@ class FoxgloveSink:
             channel = self._cdr_channel(topic, sub) if self._cdr else self._row_channel(topic, sub)
             if channel is None:
                 return
-            instance = self._by_key[key] = _Instance(sub.name, sub.multi_id, sub.dtype, channel)
+            instance = _Instance(sub.name, sub.multi_id, sub.dtype, channel, self._now)
+            self._by_key[key] = instance
         self._route(instance)
         self._by_msg_id[sub.msg_id] = instance
 
@@ -591,7 +688,7 @@ class FoxgloveSink:
                 message_encoding=old.message_encoding,
                 context=self._context,
             )
-            instance.channel = channel
+            instance.readvertised(channel, self._now)
             self.readvertised += 1
 
     def _json_channel(
@@ -645,6 +742,11 @@ class _Listener(ServerListener):
 
     def __init__(self, sink: FoxgloveSink) -> None:
         self._sink = sink
+
+    def on_subscribe(self, client: Client, channel: ChannelView) -> None:
+        """Note it: a quiet topic's newest sample is sent again (see :data:`QUIET_NS`)."""
+        del client
+        self._sink.subscribed(channel.id)
 
     def on_get_parameters(
         self, client: Client, param_names: list[str], request_id: str | None = None
