@@ -137,9 +137,9 @@ PENDING_BUDGET: Final = 4 << 20
 """Bytes of samples kept for new channels at most (all of them together)."""
 
 QUIET_NS: Final = 1_000_000_000
-"""A topic whose newest sample is this much older than the server's time is quiet: a viewer
-that subscribes to it is sent that sample again (commands, setpoints, states that change
-rarely would show nothing until their next change). Every viewer subscribed gets it."""
+"""A topic that logs nothing for this long (server time) after a viewer subscribed to it is
+quiet: its newest sample is sent then (commands, setpoints, states that change rarely would
+show nothing until their next change). Every viewer subscribed to it gets that sample."""
 
 CLOCK_STEP_NS: Final = 10_000_000
 """The server's time moves in steps of at least this much sample time (10 ms): at most 100 time
@@ -222,10 +222,12 @@ class _Instance:
         "anchors",
         "channel",
         "dtype",
-        "last",
+        "first_served",
         "multi_id",
         "name",
+        "newest",
         "pending",
+        "rows_events",
         "shared",
     )
 
@@ -243,8 +245,12 @@ class _Instance:
         self.pending: list[tuple[bytes, int]] | None = []
         """Samples kept until a viewer's subscription reaches the new channel (None: no more)."""
         self.advertised_at = now
-        self.last: tuple[bytes, int] | None = None
-        """The newest sample sent and its time, for a viewer that subscribes later."""
+        self.first_served = False
+        """Its kept samples went to the channel's first subscription: nothing to catch up."""
+        self.newest: DataRows | None = None
+        """The newest rows logged (sent or not), for a viewer that subscribes later."""
+        self.rows_events = 0
+        """Rows events seen: unchanged for a while after a subscription means a quiet topic."""
 
     def readvertised(self, channel: foxglove.Channel, now: float) -> None:
         """A new channel for this instance: its first samples wait for the viewers again."""
@@ -322,6 +328,8 @@ class FoxgloveSink:
         """The monotonic time of the newest event."""
         self._pending_bytes = 0
         self._subscribed: set[int] = set()
+        self._quiet_watch: dict[int, tuple[int, int]] = {}
+        """Subscribed channel id -> (its instance's rows events, server time) at subscription."""
         """Channels a viewer subscribed to (added from the server's threads)."""
         self.resent = 0
         """Samples of quiet topics sent again for a viewer that subscribed later."""
@@ -416,11 +424,13 @@ class FoxgloveSink:
     def event(self, event: ULogEvent, now: float, shared: Sequence[MqttMessage] = ()) -> None:
         """Send what one event causes; ``shared``: what the followed MQTT policy made of it."""
         self._now = now
-        if self._subscribed:
+        if self._subscribed or self._quiet_watch:
             self._catch_up()
         if type(event) is DataRows:  # the most frequent event by far: the shortest path
             instance = self._by_msg_id.get(event.subscription.msg_id)
             if instance is not None:
+                instance.newest = event
+                instance.rows_events += 1
                 if instance.shared:
                     if shared:
                         self.mirror(shared)
@@ -471,30 +481,56 @@ class FoxgloveSink:
                     pending.append((payload, time_ns))
                     self._pending_bytes += len(payload)
                     return
-            else:
-                for early, early_ns in pending:
-                    channel.log(early, log_time=early_ns)
-                self.sent += len(pending)
-            self._pending_bytes -= sum(len(early) for early, _ in pending)
-            instance.pending = None
+                self._pending_bytes -= sum(len(early) for early, _ in pending)
+                instance.pending = None  # nobody subscribed in time: no more kept
+            else:  # subscribed: its on_subscribe comes to _catch_up later, and is not watched
+                self._flush_pending(instance)
+                instance.first_served = True
         channel.log(payload, log_time=time_ns)
-        instance.last = (payload, time_ns)
         self.sent += 1
 
+    def _flush_pending(self, instance: _Instance) -> None:
+        """Send a new channel's kept samples (its first subscription has arrived)."""
+        pending = instance.pending or []
+        for early, early_ns in pending:
+            instance.channel.log(early, log_time=early_ns)
+        self.sent += len(pending)
+        self._pending_bytes -= sum(len(early) for early, _ in pending)
+        instance.pending = None
+
     def _catch_up(self) -> None:
-        """Send the newest sample of each quiet topic a viewer has just subscribed to."""
-        ids = set(self._subscribed)
-        self._subscribed.difference_update(ids)
-        for instance in self._by_key.values():
-            last = instance.last
-            if (
-                last is not None
-                and instance.pending is None
-                and self._clock_ns - last[1] >= QUIET_NS
-                and instance.channel.id() in ids
-            ):
-                instance.channel.log(last[0], log_time=last[1])
+        """Send the newest sample of each topic that stayed quiet after a viewer subscribed."""
+        for channel_id in list(self._subscribed):
+            self._subscribed.discard(channel_id)
+            instance = self._instance_of(channel_id)
+            if instance is None:
+                continue
+            if instance.pending is not None:  # its first subscription: the kept samples go to it
+                self._flush_pending(instance)
+                continue
+            if instance.first_served:
+                instance.first_served = False  # this was that first subscription
+                continue
+            self._quiet_watch[channel_id] = (instance.rows_events, self._clock_ns)
+        for channel_id, (events, since_ns) in list(self._quiet_watch.items()):
+            if self._clock_ns - since_ns < QUIET_NS:
+                continue
+            del self._quiet_watch[channel_id]
+            instance = self._instance_of(channel_id)
+            if instance is None or instance.rows_events != events or instance.newest is None:
+                continue  # not quiet: the viewer has had its samples since
+            for message in self.policy.sample_of(instance.newest):
+                if self._cdr:
+                    time_ns = round(float(message.user_properties[0][1]) * 1e9)
+                    payload = message.payload
+                else:
+                    time_ns = round(json_sample_time(message.payload) * 1e9)
+                    payload = stamped(message.payload, time_ns)
+                instance.channel.log(payload, log_time=time_ns)
                 self.resent += 1
+
+    def _instance_of(self, channel_id: int) -> _Instance | None:
+        return next((i for i in self._by_key.values() if i.channel.id() == channel_id), None)
 
     def _follow_anchor(self, policy: PublishPolicy | None) -> None:
         """Let the server's time go back once when the samples' wall clock was anchored anew.

@@ -559,6 +559,17 @@ class PublishPolicy:
         self.published_samples += len(rows)
         return out
 
+    def sample_of(self, event: DataRows) -> list[MqttMessage]:
+        """The newest row of ``event`` encoded as :meth:`select` would, outside the rate caps.
+
+        For an outlet that sends a quiet topic's newest sample again (a viewer that subscribed
+        after it was logged). Nothing when the topic instance is not published.
+        """
+        inst = self._instances.get(event.subscription.msg_id)
+        if inst is None or len(event.rows) == 0:
+            return []
+        return self._encode(inst, event, len(event.rows) - 1)
+
     def reuse_json_of(self, source: PublishPolicy | None) -> None:
         """Take JSON payloads from ``source`` when it has just encoded the same rows (None: off).
 
