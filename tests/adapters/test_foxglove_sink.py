@@ -314,7 +314,9 @@ def test_demo_flies_once_in_real_time_with_no_loop(tmp_path: Path) -> None:
 
 def test_handled_viewer_events_are_no_error_lines() -> None:
     readvertise: set[int] = set()
-    watch = _SdkLogWatch(readvertise)
+    sink = foxglove_view(FoxgloveSettings(enabled=True))
+    assert isinstance(sink, FoxgloveSink)
+    watch = _SdkLogWatch(readvertise, sink)
 
     def record(text: str) -> logging.LogRecord:
         return logging.LogRecord(SDK_CLIENT_LOGGER, logging.ERROR, "", 0, text, None, None)

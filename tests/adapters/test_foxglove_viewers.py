@@ -8,6 +8,11 @@ only sample was logged.
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+import os
+import socket
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -77,16 +82,17 @@ def test_first_rows_wait_for_the_first_viewer_and_quiet_topics_reach_a_late_one(
         for event in head:  # advertised and logged before the viewer can subscribe
             sink.event(event, now)
         wait_until(lambda: len(first.of_kind("advertise")) >= 4, what="the first subscribed")
-        for event in rest[:10]:  # the sink learns of the subscriptions as events come
+        fed = 0
+        while not first.messages("/quiet_cmd"):  # the sink learns of subscriptions as events come
+            assert fed < 20, "the first viewer never got the quiet topic's row"
+            time.sleep(0.2)
             now += 0.001
-            sink.event(event, now)
-        wait_until(
-            lambda: len(first.messages("/quiet_cmd")) == 1, what="the first viewer's first row"
-        )
+            sink.event(rest[fed], now)
+            fed += 1
         late = Viewer(sink.url)
         wait_until(lambda: len(late.of_kind("advertise")) >= 4, what="the late viewer subscribed")
         time.sleep(0.5)  # its subscriptions reach the server
-        for event in rest[10:]:
+        for event in rest[fed:]:
             now += 0.001
             sink.event(event, now)
         wait_until(lambda: len(first.messages("/active")) == ACTIVE_ROWS, what="every active row")
@@ -105,3 +111,94 @@ def test_first_rows_wait_for_the_first_viewer_and_quiet_topics_reach_a_late_one(
     values = [m["data"]["value"] for m in first.messages("/active")]  # type: ignore[index]
     assert values == [float(i) for i in range(ACTIVE_ROWS)]
     assert ACTIVE_ROWS * 10_000_000 > 2 * QUIET_NS  # the run is long enough to tell
+
+
+def test_a_viewer_that_falls_behind_is_one_warning_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A viewer whose outbox is full loses the oldest messages: one WARNING names it.
+
+    The SDK says so once, at INFO, naming the front's connection; the sink names the viewer
+    and counts it.
+    """
+    settings = FoxgloveSettings(enabled=True, listen="127.0.0.1:0", backlog=8, default_rate_hz=0)
+    sink = foxglove_view(settings)
+    assert isinstance(sink, FoxgloveSink)
+    sink.start()
+    viewer = socket.create_connection(("127.0.0.1", sink.address.port), timeout=10)
+    viewer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        writer = ULogWriter(timestamp_us=1_000)
+        writer.format("wide:uint64_t timestamp;float[250] v;")
+        wide = writer.add_logged_message("wide")
+        head = len(writer.getvalue())
+        parser = ULogParser()
+        events_ = parser.receive_bytes(writer.getvalue())
+        now = 1.0
+        sink.policy.log_started(wall_time=1_700_000_000.0, now=now)
+        for event in events_:
+            sink.event(event, now)
+        channel = _handshake_and_find(viewer, "/wide")
+        _send_text(viewer, {"op": "subscribe", "subscriptions": [{"id": 1, "channelId": channel}]})
+        time.sleep(0.5)
+        assert sink.counters()["foxglove_viewers"] == 1
+        for i in range(20000):  # about 30 MB as JSON, which the viewer never reads
+            writer.data(wide, struct.pack("<Q", 10_000 + i * 1000) + bytes(1000))
+        data = writer.getvalue()
+        with caplog.at_level(logging.WARNING):  # the daemon's usual level: still told
+            for start in range(head, len(data), 16_384):
+                for event in parser.receive_bytes(data[start : start + 16_384]):
+                    now += 0.001
+                    sink.event(event, now)
+                if sink.counters()["foxglove_outbox_full"]:
+                    break
+            wait_until(lambda: sink.counters()["foxglove_outbox_full"] >= 1, what="an overflow")
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        (warning,) = [r for r in warnings if "falls behind" in r.getMessage()]
+        local = viewer.getsockname()
+        assert f"{local[0]}:{local[1]}" in warning.getMessage()
+        assert "foxglove.backlog = 8" in warning.getMessage()
+        assert not [r for r in caplog.records if "outbox for client" in r.getMessage()]
+    finally:
+        viewer.close()
+        sink.stop()
+
+
+def _send_text(sock: socket.socket, obj: object) -> None:
+    """One masked text frame, as a browser sends."""
+    payload = json.dumps(obj).encode()
+    mask = os.urandom(4)
+    assert len(payload) < 126
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+
+
+def _handshake_and_find(sock: socket.socket, topic: str) -> int:
+    """Upgrade ``sock`` and read the server's frames until ``topic`` is advertised: its id."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        (
+            "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Protocol: foxglove.websocket.v1\r\n\r\n"
+        ).encode()
+    )
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    data = data.split(b"\r\n\r\n", 1)[1]
+    while True:
+        while len(data) < 2:
+            data += sock.recv(4096)
+        size, start = data[1] & 0x7F, 2
+        if size == 126:
+            size, start = int.from_bytes(data[2:4], "big"), 4
+        elif size == 127:
+            size, start = int.from_bytes(data[2:10], "big"), 10
+        while len(data) < start + size:
+            data += sock.recv(65536)
+        frame, data = data[start : start + size], data[start + size :]
+        message = json.loads(frame) if frame[:1] == b"{" else {}
+        for channel in message.get("channels", []):
+            if channel["topic"] == topic:
+                return int(channel["id"])

@@ -360,7 +360,8 @@ def test_status_channel_shows_the_recorder_counters(run: Run) -> None:
     last = statuses[-1]
     assert isinstance(last, dict)
     assert {"state", "log_file", "log_bytes", "packets", "gaps", "dropouts"} <= last.keys()
-    assert {"foxglove_sent", "foxglove_channels_replaced"} <= last.keys()
+    assert {"foxglove_sent", "foxglove_channels_replaced", "foxglove_viewers"} <= last.keys()
+    assert {"foxglove_resent", "foxglove_outbox_full"} <= last.keys()
     assert any(isinstance(s, dict) and s.get("packets", 0) > 0 for s in statuses)
 
 

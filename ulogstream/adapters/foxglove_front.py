@@ -68,6 +68,9 @@ class FoxgloveFront:
         self._closed = False
         self.refused = 0
         """Viewers that offered no subprotocol this server speaks."""
+        self.viewers: dict[int, str] = {}
+        """Connected viewers: the local port of the front's connection to the SDK (what the
+        SDK's log names) -> the viewer's address."""
         self._thread = threading.Thread(target=self._accept, name="foxglove-front", daemon=True)
         self._thread.start()
 
@@ -119,6 +122,8 @@ class FoxgloveFront:
             upstream.settimeout(None)
             if not self._track(upstream):
                 return
+            local_port: int = upstream.getsockname()[1]
+            self.viewers[local_port] = where
             upstream.sendall(request + rest)
             answer, early = _read_head(upstream)
             viewer.sendall(upgrade_answer(answer, chosen) + early)
@@ -132,6 +137,7 @@ class FoxgloveFront:
         back.start()
         _copy(viewer, upstream)
         back.join()
+        self.viewers.pop(local_port, None)
         self._untrack(viewer, upstream)
 
     def _track(self, sock: socket.socket) -> bool:

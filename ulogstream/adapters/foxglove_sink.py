@@ -79,6 +79,19 @@ logger = logging.getLogger("ulogstream")
 SDK_CLIENT_LOGGER: Final = "foxglove.websocket.connected_client"
 """Where the SDK logs what a viewer asked for (the SDK's Rust logs go to Python logging)."""
 
+SDK_LOSSY_LOGGER: Final = f"{SDK_CLIENT_LOGGER}.send_lossy"
+"""Where the SDK says that a viewer's outbox is full."""
+
+SDK_WATCHED_LOGGERS: Final = (
+    SDK_CLIENT_LOGGER,
+    f"{SDK_CLIENT_LOGGER}.poller",
+    SDK_LOSSY_LOGGER,
+)
+"""The SDK's loggers of viewer events (a logger's filters see only its own records)."""
+
+_OUTBOX_FULL = re.compile(r"outbox for client [^ ]*:(\d+) full")
+"""The SDK's INFO line, once per episode, when a viewer's outbox overflows (no count given)."""
+
 _UNKNOWN_CHANNEL = re.compile(r"subscribe to unknown channel: (\d+)")
 
 _VIEWER_GONE: Final = ("Connection reset by peer", "without closing handshake")
@@ -316,7 +329,9 @@ class FoxgloveSink:
         self._definitions_done = False
         self._readvertise: set[int] = set()
         """Channels a viewer could not subscribe to (added from the server's threads)."""
-        self._sdk_watch = _SdkLogWatch(self._readvertise)
+        self._sdk_watch = _SdkLogWatch(self._readvertise, self)
+        self.outbox_overflows = 0
+        """Times a viewer's outbox was found full (messages were dropped for that viewer)."""
         self.readvertised = 0
         """Channels advertised again because a viewer's subscription raced their advertisement."""
         self.sent = 0
@@ -353,8 +368,10 @@ class FoxgloveSink:
         if self._tls_cert_file is not None and self._tls_key_file is not None:
             tls = _tls_context(self._tls_cert_file, self._tls_key_file)
         address = self.address
-        logging.getLogger(SDK_CLIENT_LOGGER).addFilter(self._sdk_watch)
-        logging.getLogger(f"{SDK_CLIENT_LOGGER}.poller").addFilter(self._sdk_watch)
+        for name in SDK_WATCHED_LOGGERS:
+            logging.getLogger(name).addFilter(self._sdk_watch)
+        # its one line when a viewer falls behind is INFO: seen (as a WARNING) at any log level
+        logging.getLogger(SDK_LOSSY_LOGGER).setLevel(logging.INFO)
         try:
             self._server = foxglove.start_server(
                 name="ulogstream",
@@ -396,8 +413,8 @@ class FoxgloveSink:
         if self._server is not None:
             self._server.stop()
             self._server = None
-        logging.getLogger(SDK_CLIENT_LOGGER).removeFilter(self._sdk_watch)
-        logging.getLogger(f"{SDK_CLIENT_LOGGER}.poller").removeFilter(self._sdk_watch)
+        for name in SDK_WATCHED_LOGGERS:
+            logging.getLogger(name).removeFilter(self._sdk_watch)
 
     # -- events (the Publisher interface) -------------------------------------------------------
 
@@ -580,6 +597,20 @@ class FoxgloveSink:
                 continue  # schemas, info, retained params: served otherwise or not at all
             self.sent += 1
 
+    @property
+    def backlog(self) -> int:
+        """Messages queued per viewer (``foxglove.backlog``)."""
+        return self._backlog
+
+    def outbox_full(self, upstream_port: int) -> str:
+        """Count one overflow of a viewer's outbox; return the viewer's address (server thread).
+
+        The SDK names the connection from the front, whose port the front maps to the viewer.
+        """
+        self.outbox_overflows += 1
+        front = self._front
+        return "?" if front is None else front.viewers.get(upstream_port, "?")
+
     def subscribed(self, channel_id: int) -> None:
         """A viewer subscribed to channel ``channel_id`` (called from the server's threads)."""
         self._subscribed.add(channel_id)  # set.add: atomic under the GIL
@@ -589,6 +620,8 @@ class FoxgloveSink:
         return {
             "foxglove_sent": self.sent,
             "foxglove_resent": self.resent,
+            "foxglove_viewers": 0 if self._front is None else len(self._front.viewers),
+            "foxglove_outbox_full": self.outbox_overflows,
             "foxglove_channels_replaced": self.readvertised,
         }
 
@@ -750,14 +783,26 @@ class _SdkLogWatch(logging.Filter):
     again and counted in ``foxglove_channels_replaced``): a DEBUG line, not an ERROR.
     """
 
-    def __init__(self, readvertise: set[int]) -> None:
+    def __init__(self, readvertise: set[int], sink: FoxgloveSink) -> None:
         super().__init__()
         self._readvertise = readvertise
+        self._sink = sink
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
         if text.startswith("Error sending message to client"):
             return False
+        full = _OUTBOX_FULL.search(text)
+        if full is not None:
+            viewer = self._sink.outbox_full(int(full.group(1)))
+            record.msg = (
+                "Foxglove viewer at %s falls behind: its outbox (foxglove.backlog = %d "
+                "messages) is full and the oldest are dropped for it alone; a faster link, a "
+                "lower foxglove.default_rate_hz or a larger backlog keeps up"
+            )
+            record.args = (viewer, self._sink.backlog)
+            _relevel(record, logging.WARNING)
+            return True
         unknown = _UNKNOWN_CHANNEL.search(text)
         if unknown is not None:
             self._readvertise.add(int(unknown.group(1)))  # set.add: atomic under the GIL

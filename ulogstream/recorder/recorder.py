@@ -762,7 +762,7 @@ class Recorder:
             self.status,
             vehicles=len(self.vehicles),
             mqtt=self.publisher is not None,
-            foxglove=None if foxglove is None else (foxglove.url, foxglove.sent),
+            foxglove=None if foxglove is None else (foxglove.url, foxglove.counters()),
             uploads=self.shipper.uploads,
         )
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ulogstream.stream import SessionState
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
     from ulogstream.adapters.file_sink import FinishedLog
@@ -141,7 +142,7 @@ def status_line(
     *,
     vehicles: int,
     mqtt: bool,
-    foxglove: tuple[str, int] | None,
+    foxglove: tuple[str, Mapping[str, int]] | None,
     uploads: bool,
 ) -> str:
     """One line: state, file, bytes, rate, packets, gaps, dropouts (MQTT, Foxglove, uploads).
@@ -150,7 +151,7 @@ def status_line(
         status: The first vehicle's status (uploads are recorder-wide).
         vehicles: How many vehicles are recorded.
         mqtt: Whether MQTT publishing is on.
-        foxglove: The live view's URL and messages sent, when it is on.
+        foxglove: The live view's URL and its counters, when it is on.
         uploads: Whether finished logs are uploaded.
     """
     name = "-" if status.log_file is None else status.log_file.name
@@ -167,7 +168,13 @@ def status_line(
         link = "up" if status.mqtt_connected else "down"
         text += f", mqtt {link} {status.mqtt_published} sent {status.mqtt_dropped} dropped"
     if foxglove is not None:
-        text += f", foxglove {foxglove[0]} {foxglove[1]} sent"
+        url, counts = foxglove
+        text += (
+            f", foxglove {url} {_plural(counts['foxglove_viewers'], 'viewer')}"
+            f" {counts['foxglove_sent']} sent"
+        )
+        if counts["foxglove_outbox_full"]:
+            text += f" (a viewer fell behind {counts['foxglove_outbox_full']}x)"
     if uploads and (status.upload_backlog or status.uploads or status.upload_failures):
         text += f", uploads {status.uploads} done {status.upload_backlog} waiting"
         if status.upload_failures:
