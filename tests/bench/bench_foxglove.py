@@ -1,17 +1,20 @@
 """Benchmark: what the Foxglove live view adds to the pipeline's CPU, and to the ack round trip.
 
-Run: ``.venv/bin/python tests/bench/bench_foxglove.py`` (about a minute; needs ``npm install`` in
-``tests/node`` for the viewer).
+Run: ``.venv/bin/python tests/bench/bench_foxglove.py [LOG.ulg]`` (about a minute; needs
+``npm install`` in ``tests/node`` for the viewers). A modern PX4 log is the measure a user meets:
+``../shared/data/ulg/pyulog__sample_logging_tagged_and_default_params.ulg`` (170 instances).
 
 (a) CPU of :meth:`ulogstream.recorder.pipeline.Pipeline.receive` over the recorded stream of
     ``bench_receive.py`` (a real sample log, datagram by datagram at the USB ceiling's clock), as
     in ``bench_pipeline.py`` part (a) but with the MQTT sink running and publishing to a real
     mosquitto (started on a free port; without mosquitto, no broker: the outbox only fills).
-    MQTT alone, then MQTT and Foxglove both on at their default 10 Hz caps, with no viewer and
-    with a viewer (Foxglove's own protocol client in Node, on the other CPU) subscribed to every
-    channel. ``time.process_time`` counts every thread of this process, the SDK's server threads
-    too. Runs alternate; the best of each is kept; the ratios are to MQTT alone in the same run.
-    Target: both on at most 1.2x MQTT alone.
+    MQTT alone, then MQTT and Foxglove both on at their default 10 Hz caps, with no viewer, with
+    a JSON viewer (Foxglove's own protocol client in Node, on the other CPU, subscribed to every
+    channel, through the front with the legacy subprotocol as Foxglove Studio 1.x connects) and,
+    with ``foxglove.encoding = "cdr"``, with a ROS 2 viewer (the same client filtering and
+    decoding as PlotJuggler does). ``time.process_time`` counts every thread of this process: the
+    SDK's server threads and the front's copying threads too. Runs alternate; the best of each
+    is kept; the ratios are to MQTT alone in the same run. Target: at most 1.2x MQTT alone.
 (b) Ack round trip: ``bench_pipeline.py`` part (b)'s paced run (the recorder as a subprocess,
     pinned to one CPU, the simulated PX4 on the other), without and with ``--foxglove`` and a
     viewer subscribed to everything (niced, on the simulated PX4's CPU). p50/p99/max of the
@@ -59,8 +62,16 @@ if TYPE_CHECKING:
 CLIENT = ROOT / "tests" / "node" / "foxglove_client.mjs"
 
 
+VIEWER_ARGS: dict[str, list[str]] = {
+    "json": ["foxglove.websocket.v1"],
+    "ros2": ["foxglove.sdk.v1", "ros2-only"],
+}
+"""How each kind of viewer connects: Foxglove Studio 1.x's subprotocol; PlotJuggler's, and its
+filter (cdr channels only, decoded)."""
+
+
 @contextlib.contextmanager
-def viewer(url: str, cpus: set[int]) -> Iterator[subprocess.Popen[bytes]]:
+def viewer(url: str, cpus: set[int], kind: str = "json") -> Iterator[subprocess.Popen[bytes]]:
     """Foxglove's protocol client subscribed to every channel on ``cpus``, output thrown away.
 
     A real viewer is another machine: here it runs niced on CPUs the measured side leaves.
@@ -69,7 +80,9 @@ def viewer(url: str, cpus: set[int]) -> Iterator[subprocess.Popen[bytes]]:
     if node is None or not (CLIENT.parent / "node_modules").is_dir():
         msg = "the viewer needs node and `npm install` in tests/node"
         raise SystemExit(msg)
-    process = subprocess.Popen([node, str(CLIENT), url], stdout=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [node, str(CLIENT), url, *VIEWER_ARGS[kind]], stdout=subprocess.DEVNULL
+    )
     if cpus:
         os.sched_setaffinity(process.pid, cpus)
     os.setpriority(os.PRIO_PROCESS, process.pid, 19)
@@ -81,7 +94,7 @@ def viewer(url: str, cpus: set[int]) -> Iterator[subprocess.Popen[bytes]]:
 
 
 async def one_pass(
-    datagrams: Sequence[bytes], broker: int | None, *, foxglove: bool, with_viewer: bool
+    datagrams: Sequence[bytes], broker: int | None, *, foxglove: str | None, viewer_kind: str | None
 ) -> tuple[float, int, int]:
     """CPU seconds of one pass, MQTT messages published and Foxglove messages sent."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,20 +108,22 @@ async def one_pass(
             while not publisher.sink.connected:  # noqa: ASYNC110  # a plain flag of the sink
                 await asyncio.sleep(0.01)
         sink = None
-        if foxglove:
-            sink = foxglove_view(FoxgloveSettings(enabled=True, listen="127.0.0.1:0"))
+        if foxglove is not None:
+            settings = FoxgloveSettings(enabled=True, listen="127.0.0.1:0", encoding=foxglove)  # type: ignore[arg-type]
+            sink = foxglove_view(settings)
             assert sink is not None
             sink.start()
             pipeline.live.foxglove = sink
         with contextlib.ExitStack() as stack:
-            if sink is not None and with_viewer:
+            if sink is not None and viewer_kind is not None:
                 others = set(range(os.cpu_count() or 1)) - os.sched_getaffinity(0)
-                stack.enter_context(viewer(sink.url, others))
+                stack.enter_context(viewer(sink.url, others, viewer_kind))
                 # connected once it subscribed to the status channel (there from the start);
                 # it subscribes to the topics' channels as they are advertised
                 deadline = time.monotonic() + 30
-                while not sink._status_channel.has_sinks() and time.monotonic() < deadline:  # noqa: ASYNC110
+                while not sink.counters()["foxglove_viewers"] and time.monotonic() < deadline:  # noqa: ASYNC110
                     await asyncio.sleep(0.01)
+                await asyncio.sleep(0.5)  # its subscriptions reach the server
             pipeline.start(0.0)
             started = time.process_time()
             await feed(pipeline, datagrams, 0.0)
@@ -143,17 +158,18 @@ async def part_a(datagrams: Sequence[bytes], log: bytes, passes: int) -> None:
 async def part_a_with(
     datagrams: Sequence[bytes], log: bytes, passes: int, broker: int | None
 ) -> None:
-    cases = {
-        "MQTT alone": (False, False),
-        "MQTT + Foxglove, no viewer": (True, False),
-        "MQTT + Foxglove, a viewer subscribed to all": (True, True),
+    cases: dict[str, tuple[str | None, str | None]] = {
+        "MQTT alone": (None, None),
+        "MQTT + Foxglove, no viewer": ("json", None),
+        "MQTT + Foxglove JSON, a Foxglove viewer subscribed to all": ("json", "json"),
+        "MQTT + Foxglove CDR, a PlotJuggler-like viewer subscribed to all": ("cdr", "ros2"),
     }
     best = dict.fromkeys(cases, float("inf"))
     sent = dict.fromkeys(cases, (0, 0))
     for _ in range(passes):
-        for name, (foxglove, with_viewer) in cases.items():
+        for name, (foxglove, viewer_kind) in cases.items():
             cpu, published, count = await one_pass(
-                datagrams, broker, foxglove=foxglove, with_viewer=with_viewer
+                datagrams, broker, foxglove=foxglove, viewer_kind=viewer_kind
             )
             best[name] = min(best[name], cpu)
             sent[name] = (published, count)
@@ -219,7 +235,7 @@ async def connect_viewer_when_up(port: int) -> None:
 
 async def main() -> None:
     cpu = max(os.sched_getaffinity(0))
-    log, name = load_log(None)
+    log, name = load_log(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
     datagrams = recorded_stream(log)
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
     print(f"stream: {name}, {len(log) / MB:.2f} MB, {len(datagrams)} datagrams; load {load}")

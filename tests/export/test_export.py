@@ -25,14 +25,12 @@ from ulogstream.errors import ExportError, ReadError, ULogFormatError
 from ulogstream.export import rosbag
 from ulogstream.export.mcap import export_mcap
 from ulogstream.export.rosbag import export_rosbag
+from ulogstream.export.rosnames import RosVersion, ros_topic, ros_type_name
 from ulogstream.export.rostypes import (
     PARAMETER_TYPE_FLOAT,
     PARAMETER_TYPE_INT32,
-    RosVersion,
     WallClock,
     ros_log_level,
-    ros_topic,
-    ros_type_name,
     scan_wall_clock,
     text_of,
 )

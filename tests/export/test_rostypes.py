@@ -10,19 +10,21 @@ import pytest
 from rosbags.typesys import get_types_from_msg
 
 from ulogstream.errors import ExportError
-from ulogstream.export.rostypes import (
-    PARAMETER_TYPE,
+from ulogstream.export.rosnames import (
     RosVersion,
-    RowConverter,
-    WallClock,
     nested_closure,
-    new_typestore,
-    register_format,
     ros2_field_name,
     ros_definition,
-    ros_log_level,
     ros_topic,
     ros_type_name,
+)
+from ulogstream.export.rostypes import (
+    PARAMETER_TYPE,
+    RowConverter,
+    WallClock,
+    new_typestore,
+    register_format,
+    ros_log_level,
     wall_clock,
 )
 from ulogstream.ulog.dtypes import compile_format, parse_format

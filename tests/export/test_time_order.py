@@ -31,7 +31,7 @@ from ulogstream.export import mcap, ordering, rosbag
 from ulogstream.export.mcap import export_mcap
 from ulogstream.export.ordering import TimeOrder
 from ulogstream.export.rosbag import export_rosbag
-from ulogstream.export.rostypes import LOG_TOPIC, PARAMETER_TOPIC, ros_topic
+from ulogstream.export.rosnames import LOG_TOPIC, PARAMETER_TOPIC, ros_topic
 from ulogstream.ulog.writer import ULogWriter
 
 if TYPE_CHECKING:

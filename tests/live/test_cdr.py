@@ -8,6 +8,8 @@ formats and arrays.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,7 +17,8 @@ import pytest
 from support.shared_data import shared_ulg
 
 from ulogstream.adapters.ulog_file import read
-from ulogstream.export.rostypes import RosVersion, RowConverter, new_typestore
+from ulogstream.export.rosnames import RosVersion, message_definition
+from ulogstream.export.rostypes import RowConverter, new_typestore, register_format
 from ulogstream.live.encode import CDR_HEADER, CdrEncoder
 from ulogstream.ulog.writer import ULogWriter
 
@@ -119,3 +122,27 @@ def test_strings_booleans_nested_formats_and_arrays_are_rosbags_cdr(tmp_path: Pa
     ours = CdrEncoder(topic.data.dtype).payloads(topic.data)
     assert ours == rosbags_cdr(data, "mixed", topic.data)
     assert all(payload.startswith(CDR_HEADER) for payload in ours)
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("log", REAL_LOGS)
+def test_the_live_views_ros2_definitions_are_rosbags_msgdef(log: str) -> None:
+    """The live view writes the export's full definitions itself: rosbags' text, exactly."""
+    data = read(shared_ulg(log))
+    store = new_typestore(RosVersion.ROS2)
+    for name in {topic.name for topic in data.topics.values()}:
+        typename = register_format(store, name, data.formats, RosVersion.ROS2)
+        expected, _ = store.generate_msgdef(typename, ros_version=2)
+        assert message_definition(name, data.formats) == expected, name
+
+
+def test_the_live_view_loads_no_rosbags() -> None:
+    """Loading rosbags and registering a log's types takes ~0.7 s: never on the ack loop."""
+    code = (
+        "import sys, ulogstream.adapters.foxglove_sink, ulogstream.live.policy;"
+        "print('rosbags' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "False"

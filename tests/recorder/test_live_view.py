@@ -30,7 +30,7 @@ from support.shared_data import shared_ulg
 from support.waiting import wait_until
 
 from ulogstream.cli.demo import free_udp_port
-from ulogstream.export.rostypes import ros_topic
+from ulogstream.export.rosnames import ros_topic
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

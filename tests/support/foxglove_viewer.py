@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from pyulog import ULog
 
-from ulogstream.export.rostypes import ros_topic
+from ulogstream.export.rosnames import ros_topic
 
 NODE_DIR = Path(__file__).resolve().parents[1] / "node"
 CLIENT_SCRIPT = NODE_DIR / "foxglove_client.mjs"

@@ -43,13 +43,12 @@ from foxglove.websocket import Capability, ServerListener
 
 from ulogstream.adapters.foxglove_front import FoxgloveFront
 from ulogstream.errors import ConfigError, ExportError
-from ulogstream.export.rostypes import (
+from ulogstream.export.rosnames import (
     LOG_TOPIC,
     PARAMETER_TOPIC,
-    RosVersion,
     instance_topic,
-    new_typestore,
-    register_format,
+    message_definition,
+    ros_type_name,
 )
 from ulogstream.live.encode import JsonValue, json_sample_time, row_json_schema
 from ulogstream.live.policy import PublishPolicy, chooses_alike
@@ -69,7 +68,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from foxglove.websocket import ChannelView, Client, WebSocketServer
-    from rosbags.typesys.store import Typestore
 
     from ulogstream.config.values import ListenAddress
     from ulogstream.live.outbox import MqttMessage
@@ -301,8 +299,7 @@ class FoxgloveSink:
         self._cdr = encoding == "cdr"
         self._formats: dict[str, FormatDefined] = {}
         """The log's formats (the ROS 2 schemas name the nested ones)."""
-        self._ros_types: Typestore | None = None
-        """The log's ROS 2 types (CDR channels; a new store for each log)."""
+
         self.address = listen
         self._tls_cert_file = tls_cert_file
         self._tls_key_file = tls_key_file
@@ -668,7 +665,6 @@ class FoxgloveSink:
         self._new_params = {}
         self._definitions_done = False
         self._formats = {}
-        self._ros_types = None
 
     def _subscribe(self, sub: Subscription) -> None:
         key = (sub.name, sub.multi_id)
@@ -698,14 +694,12 @@ class FoxgloveSink:
 
         None (with a warning) where the format cannot be a ROS 2 type: that topic is not served.
         """
-        if self._ros_types is None:
-            self._ros_types = new_typestore(RosVersion.ROS2)
         try:
-            typename = register_format(self._ros_types, sub.name, self._formats, RosVersion.ROS2)
+            typename = ros_type_name(sub.name)
+            definition = message_definition(sub.name, self._formats)
         except ExportError as err:
             logger.warning("Foxglove: topic %s is not served as ROS 2 messages: %s", topic, err)
             return None
-        definition, _ = self._ros_types.generate_msgdef(typename, ros_version=2)
         return foxglove.Channel(
             topic,
             schema=foxglove.Schema(

@@ -17,11 +17,11 @@ from mcap.writer import CompressionType, Writer
 
 from ulogstream.errors import ExportError
 from ulogstream.export.ordering import DEFAULT_BUDGET, TimeOrder
+from ulogstream.export.rosnames import RosVersion
 from ulogstream.export.rostypes import (
     CHUNK_SIZE,
     ExportSummary,
     Progress,
-    RosVersion,
     export_ros,
     new_typestore,
     prepare_export,

@@ -16,11 +16,11 @@ from rosbags.rosbag1 import Writer, WriterError
 
 from ulogstream.errors import ExportError
 from ulogstream.export.ordering import DEFAULT_BUDGET, TimeOrder
+from ulogstream.export.rosnames import RosVersion
 from ulogstream.export.rostypes import (
     CHUNK_SIZE,
     ExportSummary,
     Progress,
-    RosVersion,
     export_ros,
     new_typestore,
     prepare_export,
