@@ -311,6 +311,7 @@ class FoxgloveSink:
         self._front: FoxgloveFront | None = None
         self._by_msg_id: dict[int, _Instance] = {}
         self._by_key: dict[tuple[str, int], _Instance] = {}
+        self._by_channel_id: dict[int, _Instance] = {}
         self._by_topic: dict[str, _Instance] = {}
         """Instances by this sink's policy's JSON topic (those not shared with MQTT)."""
         self._shared: PublishPolicy | None = None
@@ -404,6 +405,7 @@ class FoxgloveSink:
         self._by_shared_topic.clear()
         self._by_msg_id.clear()
         self._by_key.clear()
+        self._by_channel_id.clear()
         if self._front is not None:
             self._front.close()
             self._front = None
@@ -544,7 +546,7 @@ class FoxgloveSink:
                 self.resent += 1
 
     def _instance_of(self, channel_id: int) -> _Instance | None:
-        return next((i for i in self._by_key.values() if i.channel.id() == channel_id), None)
+        return self._by_channel_id.get(channel_id)
 
     def _follow_anchor(self, policy: PublishPolicy | None) -> None:
         """Let the server's time go back once when the samples' wall clock was anchored anew.
@@ -681,6 +683,7 @@ class FoxgloveSink:
                 return
             instance = _Instance(sub.name, sub.multi_id, sub.dtype, channel, self._now)
             self._by_key[key] = instance
+            self._by_channel_id[channel.id()] = instance
         self._route(instance)
         self._by_msg_id[sub.msg_id] = instance
 
@@ -752,6 +755,7 @@ class FoxgloveSink:
                 context=self._context,
             )
             instance.readvertised(channel, self._now)
+            self._by_channel_id[channel.id()] = instance
             self.readvertised += 1
 
     def _json_channel(
