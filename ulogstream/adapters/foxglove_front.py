@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
+import ssl
 import threading
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    import ssl
-
     from ulogstream.config.values import ListenAddress
 
 logger = logging.getLogger("ulogstream")
@@ -224,19 +224,45 @@ def _read_head(sock: socket.socket) -> tuple[bytes, bytes]:
 
 
 def _copy(source: socket.socket, target: socket.socket) -> None:
-    """Copy bytes from ``source`` to ``target`` until either end closes; then close both ways."""
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
+    """Copy bytes from ``source`` to ``target`` until either end closes; then close both ways.
+
+    Between plain sockets the kernel moves the bytes (``splice`` through a pipe): they never
+    enter Python. A TLS socket's bytes are copied through a buffer.
+    """
     try:
-        while True:
-            n = source.recv_into(buffer)
-            if n == 0:
-                break
-            target.sendall(view[:n])
+        if isinstance(source, ssl.SSLSocket) or isinstance(target, ssl.SSLSocket):
+            _copy_through_buffer(source, target)
+        else:
+            _splice(source.fileno(), target.fileno())
     except OSError:
         pass  # either end gone: both ways end
     for sock in (source, target):
         _shutdown(sock)
+
+
+def _splice(source: int, target: int) -> None:
+    """Move bytes from socket ``source`` to socket ``target`` in the kernel, until EOF."""
+    read_end, write_end = os.pipe()
+    try:
+        while True:
+            n = os.splice(source, write_end, _CHUNK)
+            if n == 0:
+                return
+            while n:
+                n -= os.splice(read_end, target, n)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _copy_through_buffer(source: socket.socket, target: socket.socket) -> None:
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    while True:
+        n = source.recv_into(buffer)
+        if n == 0:
+            return
+        target.sendall(view[:n])
 
 
 def _shutdown(sock: socket.socket) -> None:
