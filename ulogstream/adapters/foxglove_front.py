@@ -227,10 +227,12 @@ def _copy(source: socket.socket, target: socket.socket) -> None:
     """Copy bytes from ``source`` to ``target`` until either end closes; then close both ways.
 
     Between plain sockets the kernel moves the bytes (``splice`` through a pipe): they never
-    enter Python. A TLS socket's bytes are copied through a buffer.
+    enter Python. A TLS socket's bytes (and any on a system without ``splice``) are copied
+    through a buffer.
     """
     try:
-        if isinstance(source, ssl.SSLSocket) or isinstance(target, ssl.SSLSocket):
+        tls = isinstance(source, ssl.SSLSocket) or isinstance(target, ssl.SSLSocket)
+        if tls or not hasattr(os, "splice"):  # splice: Linux only
             _copy_through_buffer(source, target)
         else:
             _splice(source.fileno(), target.fileno())
