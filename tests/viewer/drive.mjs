@@ -40,12 +40,11 @@ try {
   const page = await context.newPage();
   page.on("pageerror", (err) => errors.push(`page error: ${err}`));
   await page.goto(pageUrl);
-  // Data has arrived once the Raw Messages panel shows a message's header.stamp.
-  await page.getByText("nsec", { exact: true }).first().waitFor({ timeout: 90_000 });
+  // Data has arrived once the Raw Messages panel shows a message (its timestamp field).
+  const rawPanel = page.locator('[data-testid^="panel-mouseenter-container RawMessages"]');
+  await rawPanel.getByText("timestamp", { exact: true }).first().waitFor({ timeout: 90_000 });
   await page.waitForTimeout(Number(watchSeconds || 10) * 1000);
-  const rawMessages = await page
-    .locator('[data-testid^="panel-mouseenter-container RawMessages"]')
-    .innerText();
+  const rawMessages = await rawPanel.innerText();
   // The data source sidebar's Problems tab: "No problems found", or one entry per problem.
   await page.getByRole("tab", { name: "Problems" }).click();
   const problems = await page.locator('[class*="tabContent"]').innerText();

@@ -1,18 +1,20 @@
 // Mounts Foxglove Studio (the bundle's globals) with one layout: a Plot panel and a Raw Messages
 // panel on the topic path in the page's "plot" parameter (e.g. /vehicle_local_position.z), the
-// plot placing each point at its message's header.stamp. The page's "ds" parameters (Studio's
-// own deep link) connect it: ?ds=foxglove-websocket&ds.url=ws://HOST:PORT&plot=/topic.field
+// plot placing each point at its message's header.stamp ("stamp=receive": at its receive time,
+// for messages without a header). The page's "ds" parameters (Studio's own deep link) connect
+// it: ?ds=foxglove-websocket&ds.url=ws://HOST:PORT&plot=/topic.field
 "use strict";
 
 const params = new URLSearchParams(window.location.search);
 const plotPath = params.get("plot") || "/vehicle_local_position.z";
 const topic = plotPath.slice(0, plotPath.indexOf(".") < 0 ? undefined : plotPath.indexOf("."));
+const timestampMethod = params.get("stamp") === "receive" ? "receiveTime" : "headerStamp";
 const LAYOUT_ID = "ulogstream-test";
 
 const layoutData = {
   configById: {
     "Plot!ulogstream": {
-      paths: [{ value: plotPath, enabled: true, timestampMethod: "headerStamp" }],
+      paths: [{ value: plotPath, enabled: true, timestampMethod }],
       showLegend: true,
       legendDisplay: "floating",
       showPlotValuesInLegend: false,

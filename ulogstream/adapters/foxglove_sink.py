@@ -141,8 +141,9 @@ PENDING_S: Final = 2.0
 """How long a new channel's samples wait for a viewer's subscription (monotonic seconds).
 
 A viewer subscribes to a channel when it is advertised; the samples logged in between would
-reach nobody, so a connected viewer would miss each topic's first rows. They are kept, and sent
-when the first subscription arrives, or dropped after this long (no viewer wants them)."""
+reach nobody, so a connected viewer would miss each topic's first rows. While a viewer is
+connected they are kept, and sent when the first subscription arrives, or dropped after this
+long (the viewers do not want that topic)."""
 
 PENDING_BUDGET: Final = 4 << 20
 """Bytes of samples kept for new channels at most (all of them together)."""
@@ -243,7 +244,14 @@ class _Instance:
     )
 
     def __init__(
-        self, name: str, multi_id: int, dtype: object, channel: foxglove.Channel, now: float
+        self,
+        name: str,
+        multi_id: int,
+        dtype: object,
+        channel: foxglove.Channel,
+        now: float,
+        *,
+        watched: bool,
     ) -> None:
         self.name = name
         self.multi_id = multi_id
@@ -253,8 +261,9 @@ class _Instance:
         """Its rows anchor the wall clock: this sink's policy sees them even when unwatched."""
         self.shared = False
         """Served from the MQTT policy's samples (see :meth:`FoxgloveSink.follow`)."""
-        self.pending: list[tuple[bytes, int]] | None = []
-        """Samples kept until a viewer's subscription reaches the new channel (None: no more)."""
+        self.pending: list[tuple[bytes, int]] | None = [] if watched else None
+        """Samples kept until a viewer's subscription reaches the new channel (None: no more,
+        or no viewer was connected to subscribe)."""
         self.advertised_at = now
         self.first_served = False
         """Its kept samples went to the channel's first subscription: nothing to catch up."""
@@ -264,7 +273,7 @@ class _Instance:
         """Rows events seen: unchanged for a while after a subscription means a quiet topic."""
 
     def readvertised(self, channel: foxglove.Channel, now: float) -> None:
-        """A new channel for this instance: its first samples wait for the viewers again."""
+        """A new channel for this instance: its first samples wait for the viewer again."""
         self.channel = channel
         self.pending = []
         self.advertised_at = now
@@ -681,7 +690,10 @@ class FoxgloveSink:
             channel = self._cdr_channel(topic, sub) if self._cdr else self._row_channel(topic, sub)
             if channel is None:
                 return
-            instance = _Instance(sub.name, sub.multi_id, sub.dtype, channel, self._now)
+            watched = self._front is not None and bool(self._front.viewers)
+            instance = _Instance(
+                sub.name, sub.multi_id, sub.dtype, channel, self._now, watched=watched
+            )
             self._by_key[key] = instance
             self._by_channel_id[channel.id()] = instance
         self._route(instance)

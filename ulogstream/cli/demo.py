@@ -41,6 +41,7 @@ from ulogstream.sim.runner import run_vehicle
 from ulogstream.sim.vehicle import VehicleConfig
 
 if TYPE_CHECKING:
+    from ulogstream.config.sections import FoxgloveEncoding
     from ulogstream.recorder.status import RecorderStatus
     from ulogstream.sim.runner import SimSummary
 
@@ -69,6 +70,7 @@ class DemoOptions:
         seed: Seeds the flight and the losses: equal options give equal runs.
         mqtt_url: Also publish live to this broker (``mqtt://HOST[:PORT]``).
         foxglove_listen: Also serve a Foxglove live view at this ``[HOST:]PORT``.
+        foxglove_encoding: Its channels: ``json`` or ``cdr`` (ROS 2, for PlotJuggler).
         loop: Fly the flight again and again (a new log each time) until stopped (Ctrl-C).
     """
 
@@ -79,6 +81,7 @@ class DemoOptions:
     seed: int = 1
     mqtt_url: str | None = None
     foxglove_listen: str | None = None
+    foxglove_encoding: FoxgloveEncoding = "json"
     loop: bool = False
 
 
@@ -154,6 +157,7 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
             foxglove=FoxgloveSettings(
                 enabled=options.foxglove_listen is not None,
                 listen=options.foxglove_listen or FoxgloveSettings().listen,
+                encoding=options.foxglove_encoding,
             ),
         )
         once = not options.loop

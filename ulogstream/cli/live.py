@@ -86,11 +86,7 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--foxglove-rate", type=float, help="Foxglove samples/s per topic (default 10, 0 = all)"
     )
-    parser.add_argument(
-        "--foxglove-encoding",
-        choices=["json", "cdr"],
-        help="Foxglove channels: json (default) or cdr (ROS 2 messages, for PlotJuggler)",
-    )
+    add_foxglove_encoding(parser, default=None)
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -328,6 +324,16 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_foxglove_encoding(parser: argparse.ArgumentParser, *, default: str | None) -> None:
+    """``--foxglove-encoding`` (None: the configuration's ``foxglove.encoding`` decides)."""
+    parser.add_argument(
+        "--foxglove-encoding",
+        choices=["json", "cdr"],
+        default=default,
+        help="Foxglove channels: json (default) or cdr (ROS 2 messages, for PlotJuggler)",
+    )
+
+
 def configure_demo(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``ulogstream demo``."""
     from ulogstream.cli.demo import DemoOptions  # noqa: PLC0415 (only the demo needs it)
@@ -355,6 +361,7 @@ def configure_demo(parser: argparse.ArgumentParser) -> None:
             "implies --loop"
         ),
     )
+    add_foxglove_encoding(parser, default="json")
     parser.add_argument(
         "--loop",
         action=argparse.BooleanOptionalAction,
@@ -386,6 +393,7 @@ def run_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         mqtt_url=args.mqtt,
         foxglove_listen=args.foxglove,
+        foxglove_encoding=args.foxglove_encoding,
     )
     terminal = sys.stdout.isatty()
     # The injected losses are the point of the demo and its view shows them: warn of no more.
