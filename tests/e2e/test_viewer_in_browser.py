@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 from pyulog import ULog
+from support.foxglove_viewer import npm_packages
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -56,20 +57,7 @@ def viewer_installed() -> Path:
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.skip("Debian's chromium is needed for the browser test (.ci/test installs it)")
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed for the browser test (Debian: nodejs, npm)")
-    if not (VIEWER_DIR / "node_modules" / "@foxglove" / "studio-base").is_dir():
-        result = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund"],
-            cwd=VIEWER_DIR,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        if result.returncode != 0:
-            pytest.skip(f"npm ci in {VIEWER_DIR} failed: {result.stderr.strip()[-300:]}")
+    npm_packages(VIEWER_DIR, "@foxglove/studio-base", "the browser test")
     return Path(chromium)
 
 

@@ -13,8 +13,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -25,7 +23,13 @@ import numpy as np
 import pytest
 from pyulog import ULog
 from support.foxglove_schema import foxglove_schema_problems
-from support.foxglove_viewer import Viewer, node_client_installed, pyulog_rows, same_value
+from support.foxglove_viewer import (
+    LiveRecording,
+    Viewer,
+    node_client_installed,
+    pyulog_rows,
+    same_value,
+)
 from support.shared_data import shared_ulg
 from support.waiting import wait_until
 
@@ -58,104 +62,42 @@ class Run:
     """The recorder's log (stderr)."""
 
 
-def _stderr_text(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
 @pytest.fixture(scope="module", name="run")
 def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     source = shared_ulg(SAMPLE)
     node_client_installed()
-    tmp = tmp_path_factory.mktemp("foxglove")
-    port = free_udp_port()
-    exe = [sys.executable, "-m", "ulogstream"]
-    rec_err = tmp / "record.err"
-    with rec_err.open("w") as err:
-        recorder = subprocess.Popen(
-            [
-                *exe,
-                "record",
-                f"udpin:127.0.0.1:{port}",
-                "--out",
-                str(tmp / "rec"),
-                "--foxglove",
-                "127.0.0.1:0",
-                "--foxglove-rate",
-                "0",
-                "--idle-timeout",
-                "1",
-                "--set",
-                "foxglove.backlog=200000",
-                "--no-status",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    live = LiveRecording(tmp_path_factory.mktemp("foxglove"), "--foxglove-rate", "0")
     viewers: list[Viewer] = []
-    sim: subprocess.Popen[bytes] | None = None
     try:
-        found: list[str] = []
-
-        def url_logged() -> bool:
-            found[:] = re.findall(r"Foxglove live view at (ws://\S+)", _stderr_text(rec_err))
-            return bool(found)
-
-        wait_until(url_logged, what="the recorder's Foxglove URL in its log")
-        first = Viewer(found[0])
+        url = live.url()
+        first = Viewer(url)
         viewers.append(first)
         wait_until(lambda: bool(first.of_kind("open")), what="the first viewer connected")
-        sim = subprocess.Popen(
-            [
-                *exe,
-                "sim",
-                str(source),
-                f"udpout:127.0.0.1:{port}",
-                "--rate",
-                "usb",
-                "--speed",
-                "max",
-                "--repeat",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        live.stream(source)
+        wait_until(
+            lambda: live.log().count(": recording ") >= 2, limit=60, what="the second log opened"
         )
-
-        def logs_finished() -> int:
-            return _stderr_text(rec_err).count("log finished:")
-
-        def logs_opened() -> int:
-            return _stderr_text(rec_err).count(": recording ")
-
-        wait_until(lambda: logs_opened() >= 2, limit=60, what="the second log opened")
-        late = Viewer(found[0], ("foxglove.websocket.v1",))  # as Foxglove Studio 1.x offers
+        late = Viewer(url, ("foxglove.websocket.v1",))  # as Foxglove Studio 1.x offers
         viewers.append(late)
-        doomed = Viewer(found[0])
+        doomed = Viewer(url)
         viewers.append(doomed)
         wait_until(
             lambda: len(doomed.of_kind("message")) > 100, what="the third viewer receiving data"
         )
         doomed.process.kill()  # vanishes mid-stream, without closing
         received = len(doomed.of_kind("message"))
-        wait_until(lambda: logs_finished() >= LOGS, limit=90, what=f"{LOGS} logs finished")
+        wait_until(lambda: live.log().count("log finished:") >= LOGS, limit=90, what=f"{LOGS} logs")
         first.command("params")
         wait_until(lambda: bool(first.of_kind("parameters")), what="the parameters answered")
-        recorder.send_signal(signal.SIGINT)
-        assert recorder.wait(timeout=60) == 0, _stderr_text(rec_err)
+        live.stop()
         wait_until(lambda: bool(first.of_kind("close")), what="the first viewer saw the end")
-        recordings = sorted((tmp / "rec").rglob("*.ulg"))
         parameters = first.of_kind("parameters")[0]["parameters"]
         assert isinstance(parameters, list)
-        yield Run(source, recordings, first, late, received, parameters, _stderr_text(rec_err))
+        yield Run(source, live.recordings(), first, late, received, parameters, live.log())
     finally:
         for viewer in viewers:
             viewer.close()
-        if sim is not None:
-            sim.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                sim.wait(timeout=10)
-        if recorder.poll() is None:
-            recorder.kill()
-            recorder.wait()
+        live.close()
 
 
 # -- oracles ------------------------------------------------------------------------------------

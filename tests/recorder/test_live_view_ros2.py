@@ -9,21 +9,22 @@ against the advertised schema. The oracle is pyulog reading the recorded files.
 
 from __future__ import annotations
 
-import contextlib
 import re
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
 from pyulog import ULog
-from support.foxglove_viewer import Viewer, node_client_installed, pyulog_rows, same_value
+from support.foxglove_viewer import (
+    LiveRecording,
+    Viewer,
+    node_client_installed,
+    pyulog_rows,
+    same_value,
+)
 from support.shared_data import shared_ulg
 from support.waiting import wait_until
 
-from ulogstream.cli.demo import free_udp_port
 from ulogstream.export.rosnames import ros2_field_name, ros_topic
 
 if TYPE_CHECKING:
@@ -45,68 +46,28 @@ class Run:
     log: str
 
 
-def _text(path: Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
-
-
 @pytest.fixture(scope="module", name="run")
 def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     source = shared_ulg(SAMPLE)
     node_client_installed()
-    tmp = tmp_path_factory.mktemp("ros2")
-    port = free_udp_port()
-    exe = [sys.executable, "-m", "ulogstream"]
-    rec_err = tmp / "record.err"
-    with rec_err.open("w") as err:
-        recorder = subprocess.Popen(
-            [
-                *exe,
-                *("record", f"udpin:127.0.0.1:{port}", "--out", str(tmp / "rec")),
-                *("--foxglove", "127.0.0.1:0", "--foxglove-rate", "0"),
-                *("--foxglove-encoding", "cdr", "--idle-timeout", "1", "--no-status"),
-                *("--set", "foxglove.backlog=200000"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
+    live = LiveRecording(
+        tmp_path_factory.mktemp("ros2"), "--foxglove-rate", "0", "--foxglove-encoding", "cdr"
+    )
     viewer: Viewer | None = None
-    sim: subprocess.Popen[bytes] | None = None
     try:
-        found: list[str] = []
-
-        def url_logged() -> bool:
-            found[:] = re.findall(r"Foxglove live view at (ws://\S+)", _text(rec_err))
-            return bool(found)
-
-        wait_until(url_logged, what="the recorder's Foxglove URL in its log")
-        viewer = Viewer(found[0], ("foxglove.sdk.v1",), ros2_only=True)
+        viewer = Viewer(live.url(), ("foxglove.sdk.v1",), ros2_only=True)
         wait_until(lambda: bool(viewer.of_kind("open")), what="the viewer connected")
-        sim = subprocess.Popen(
-            [
-                *(*exe, "sim", str(source), f"udpout:127.0.0.1:{port}"),
-                *("--rate", "usb", "--speed", "max", "--repeat"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        live.stream(source)
         wait_until(
-            lambda: _text(rec_err).count("log finished:") >= LOGS, limit=90, what="logs finished"
+            lambda: live.log().count("log finished:") >= LOGS, limit=90, what="logs finished"
         )
-        recorder.send_signal(signal.SIGINT)
-        assert recorder.wait(timeout=60) == 0, _text(rec_err)
+        live.stop()
         wait_until(lambda: bool(viewer.of_kind("close")), what="the viewer saw the end")
-        recordings = sorted((tmp / "rec").rglob("*.ulg"))
-        yield Run(source, recordings, viewer, _text(rec_err))
+        yield Run(source, live.recordings(), viewer, live.log())
     finally:
         if viewer is not None:
             viewer.close()
-        if sim is not None:
-            sim.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                sim.wait(timeout=10)
-        if recorder.poll() is None:
-            recorder.kill()
-            recorder.wait()
+        live.close()
 
 
 def flat(value: object, key: str = "") -> dict[str, object]:

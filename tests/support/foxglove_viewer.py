@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
+import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -17,6 +20,8 @@ import numpy as np
 import pytest
 from pyulog import ULog
 
+from support.waiting import wait_until
+from ulogstream.cli.demo import free_udp_port
 from ulogstream.export.rosnames import ros_topic
 
 NODE_DIR = Path(__file__).resolve().parents[1] / "node"
@@ -24,21 +29,8 @@ CLIENT_SCRIPT = NODE_DIR / "foxglove_client.mjs"
 
 
 def node_client_installed() -> None:
-    """Skip with the reason when Node or the npm packages are missing; install them if npm is."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed for the Foxglove client tests (Debian: nodejs, npm)")
-    if not (NODE_DIR / "node_modules" / "@foxglove" / "ws-protocol").is_dir():
-        result = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund"],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=180,
-        )
-        if result.returncode != 0:
-            pytest.skip(f"npm install in {NODE_DIR} failed: {result.stderr.strip()[-300:]}")
+    """Skip with the reason when Node or the npm packages of ``tests/node`` are missing."""
+    npm_packages(NODE_DIR, "@foxglove/ws-protocol", "the Foxglove client tests")
 
 
 class Viewer:
@@ -122,3 +114,92 @@ def same_value(received: object, expected: object) -> bool:
     if isinstance(expected, np.bool_):
         return received is bool(expected)
     return isinstance(received, int) and received == int(expected)  # type: ignore[call-overload]
+
+
+def npm_packages(folder: Path, marker: str, what: str) -> None:
+    """Skip with the reason unless ``folder``'s npm packages (``marker`` one of them) install.
+
+    Runs ``npm ci`` there when ``node_modules/{marker}`` is missing (``.ci/test`` runs it first).
+    """
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip(f"node and npm are needed for {what} (Debian: nodejs, npm)")
+    if not (folder / "node_modules" / marker).is_dir():
+        result = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        if result.returncode != 0:
+            pytest.skip(f"npm ci in {folder} failed: {result.stderr.strip()[-300:]}")
+
+
+class LiveRecording:
+    """``ulogstream record --foxglove`` on a UDP port, and ``ulogstream sim`` streaming into it.
+
+    ``record_args`` are added to the recorder's command line (rate, encoding...); its log goes
+    to ``err`` (read with :meth:`log`).
+    """
+
+    def __init__(self, tmp: Path, *record_args: str) -> None:
+        self.port = free_udp_port()
+        self.out = tmp / "rec"
+        self.err = tmp / "record.err"
+        self._exe = [sys.executable, "-m", "ulogstream"]
+        self.sim: subprocess.Popen[bytes] | None = None
+        with self.err.open("w") as err:
+            self.recorder = subprocess.Popen(
+                [
+                    *self._exe,
+                    *("record", f"udpin:127.0.0.1:{self.port}", "--out", str(self.out)),
+                    *("--foxglove", "127.0.0.1:0", "--idle-timeout", "1", "--no-status"),
+                    *("--set", "foxglove.backlog=200000", *record_args),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+
+    def log(self) -> str:
+        return self.err.read_text(errors="replace") if self.err.exists() else ""
+
+    def url(self) -> str:
+        """The live view's URL, once the recorder has logged it."""
+        found: list[str] = []
+
+        def logged() -> bool:
+            found[:] = re.findall(r"Foxglove live view at (ws://\S+)", self.log())
+            return bool(found)
+
+        wait_until(logged, what="the recorder's Foxglove URL in its log")
+        return found[0]
+
+    def stream(self, source: Path) -> None:
+        """The simulated PX4 streams ``source`` at USB speed, again after each STOP."""
+        self.sim = subprocess.Popen(
+            [
+                *(*self._exe, "sim", str(source), f"udpout:127.0.0.1:{self.port}"),
+                *("--rate", "usb", "--speed", "max", "--repeat"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        """SIGINT: the recorder must finish its files and exit 0."""
+        self.recorder.send_signal(signal.SIGINT)
+        assert self.recorder.wait(timeout=60) == 0, self.log()
+
+    def recordings(self) -> list[Path]:
+        return sorted(self.out.rglob("*.ulg"))
+
+    def close(self) -> None:
+        if self.sim is not None:
+            self.sim.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.sim.wait(timeout=10)
+        if self.recorder.poll() is None:
+            self.recorder.kill()
+            self.recorder.wait()

@@ -620,8 +620,16 @@ class FoxgloveSink:
         return "?" if front is None else front.viewers.get(upstream_port, "?")
 
     def subscribed(self, channel_id: int) -> None:
-        """A viewer subscribed to channel ``channel_id`` (called from the server's threads)."""
+        """A viewer subscribed to channel ``channel_id`` (called from the server's threads).
+
+        The server's time goes out first: a viewer stamps each message with the latest time it
+        was told, and one that joined since the last step would stamp its first messages 0
+        (1970 on a plot by receive time).
+        """
         self._subscribed.add(channel_id)  # set.add: atomic under the GIL
+        clock_ns = self._clock_ns
+        if clock_ns and self._server is not None:
+            self._server.broadcast_time(clock_ns)
 
     def counters(self) -> dict[str, int]:
         """This sink's counters for the status object."""
