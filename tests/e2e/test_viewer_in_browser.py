@@ -46,7 +46,7 @@ VIEWER_DIR = Path(__file__).resolve().parents[1] / "viewer"
 ARTIFACTS = VIEWER_DIR / "artifacts"
 PLOT_TOPIC = "/vehicle_local_position"
 PLOT_FIELD = "z"
-WATCH_S = 12
+WATCH_S = 5
 """Seconds the viewer plots after its first message, before the checks."""
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
