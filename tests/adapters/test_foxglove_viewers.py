@@ -77,7 +77,6 @@ def test_first_rows_wait_for_the_first_viewer_and_quiet_topics_reach_a_late_one(
         wait_until(lambda: bool(first.of_kind("open")), what="the first viewer connected")
         head, rest = events()
         now = 100.0
-        sink.log_started()
         sink.policy.log_started(wall_time=1_700_000_000.0, now=now)
         for event in head:  # advertised and logged before the viewer can subscribe
             sink.event(event, now)

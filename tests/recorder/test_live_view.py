@@ -24,6 +24,7 @@ import pytest
 from pyulog import ULog
 from support.foxglove_schema import foxglove_schema_problems
 from support.foxglove_viewer import (
+    SITL_SAMPLE,
     LiveRecording,
     Viewer,
     node_client_installed,
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-SAMPLE = "px4-ulog-rs__6ba1abc7-b433-4029-b8f5-3b2bb12d3b6c.ulg"
-"""SITL v1.8.0: 34 topic instances, 20390 rows, 2 logged strings, nested formats (MIT)."""
 LOGS = 3
 """Logs streamed before the recorder is stopped."""
 
@@ -64,7 +63,7 @@ class Run:
 
 @pytest.fixture(scope="module", name="run")
 def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    source = shared_ulg(SAMPLE)
+    source = shared_ulg(SITL_SAMPLE)
     node_client_installed()
     live = LiveRecording(tmp_path_factory.mktemp("foxglove"), "--foxglove-rate", "0")
     viewers: list[Viewer] = []

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 from pyulog import ULog
 from support.foxglove_viewer import (
+    SITL_SAMPLE,
     LiveRecording,
     Viewer,
     node_client_installed,
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-SAMPLE = "px4-ulog-rs__6ba1abc7-b433-4029-b8f5-3b2bb12d3b6c.ulg"
-"""SITL v1.8.0: 34 topic instances, 20390 rows, nested formats (MIT)."""
 LOGS = 2
 
 pytestmark = [pytest.mark.shared, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -48,7 +47,7 @@ class Run:
 
 @pytest.fixture(scope="module", name="run")
 def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    source = shared_ulg(SAMPLE)
+    source = shared_ulg(SITL_SAMPLE)
     node_client_installed()
     live = LiveRecording(
         tmp_path_factory.mktemp("ros2"), "--foxglove-rate", "0", "--foxglove-encoding", "cdr"

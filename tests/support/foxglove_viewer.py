@@ -27,6 +27,10 @@ from ulogstream.export.rosnames import ros_topic
 NODE_DIR = Path(__file__).resolve().parents[1] / "node"
 CLIENT_SCRIPT = NODE_DIR / "foxglove_client.mjs"
 
+SITL_SAMPLE = "px4-ulog-rs__6ba1abc7-b433-4029-b8f5-3b2bb12d3b6c.ulg"
+"""The live-view runs' log (../shared/data/ulg): SITL v1.8.0, 34 topic instances, 20390 rows,
+2 logged strings, nested formats (MIT)."""
+
 
 def node_client_installed() -> None:
     """Skip with the reason when Node or the npm packages of ``tests/node`` are missing."""

@@ -66,8 +66,6 @@ class FoxgloveFront:
         self._sockets: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
-        self.refused = 0
-        """Viewers that offered no subprotocol this server speaks."""
         self.viewers: dict[int, str] = {}
         """Connected viewers: the local port of the front's connection to the SDK (what the
         SDK's log names) -> the viewer's address."""
@@ -110,7 +108,6 @@ class FoxgloveFront:
             head, rest = _read_head(viewer)
             request, chosen = upgrade_request(head)
             if chosen is None and _offered(head):
-                self.refused += 1
                 logger.warning(
                     "Foxglove viewer at %s refused: it offered the WebSocket subprotocols %s, "
                     "this server speaks %s (Foxglove 1.x and 2.x, Lichtblick)",

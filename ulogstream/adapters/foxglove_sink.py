@@ -44,8 +44,10 @@ from foxglove.websocket import Capability, ServerListener
 from ulogstream.adapters.foxglove_front import FoxgloveFront
 from ulogstream.errors import ConfigError, ExportError
 from ulogstream.export.rosnames import (
+    CDR_ENCODING,
     LOG_TOPIC,
     PARAMETER_TOPIC,
+    ROS2_SCHEMA_ENCODING,
     instance_topic,
     message_definition,
     ros_type_name,
@@ -96,10 +98,6 @@ _VIEWER_GONE: Final = ("Connection reset by peer", "without closing handshake")
 """What the SDK logs (as errors) when a viewer leaves without a close frame: a killed browser
 tab, a dropped network. The SDK's poller says the first, its sender the second."""
 
-ROS2_SCHEMA_ENCODING: Final = "ros2msg"
-CDR_ENCODING: Final = "cdr"
-"""The channels of ``foxglove.encoding = "cdr"``: what PlotJuggler's Foxglove client keeps."""
-
 STATUS_TOPIC: Final = "/ulogstream/status"
 """The recorder's status objects (the MQTT ``meta/status`` object)."""
 
@@ -125,6 +123,12 @@ def stamped_schema(schema: dict[str, JsonValue]) -> dict[str, JsonValue]:
         "properties": {"header": STAMP_PROPERTY, **properties},
         "required": ["header", *properties],
     }
+
+
+def json_sample(message: MqttMessage) -> tuple[bytes, int]:
+    """A JSON sample message's payload with its ``header.stamp``, and its time in nanoseconds."""
+    time_ns = round(json_sample_time(message.payload) * 1e9)
+    return stamped(message.payload, time_ns), time_ns
 
 
 def stamped(payload: bytes, time_ns: int) -> bytes:
@@ -438,14 +442,6 @@ class FoxgloveSink:
         self._shared = mqtt
         self.policy.reuse_json_of(mqtt)
 
-    def log_started(self) -> None:
-        """A new log: the server's time may go back to its samples' (a viewer takes it as a seek).
-
-        Its samples' times start from the wall clock at its start, which the previous log's may
-        have run ahead of (a flight replayed faster than real time).
-        """
-        self._clock_ns = 0
-
     def event(self, event: ULogEvent, now: float, shared: Sequence[MqttMessage] = ()) -> None:
         """Send what one event causes; ``shared``: what the followed MQTT policy made of it."""
         self._now = now
@@ -488,8 +484,13 @@ class FoxgloveSink:
         for message in messages:
             instance = by_topic.get(message.topic)
             if instance is not None:
-                time_ns = round(json_sample_time(message.payload) * 1e9)
-                self._send(instance, stamped(message.payload, time_ns), time_ns)
+                self._send(instance, *json_sample(message))
+
+    def _sample(self, message: MqttMessage) -> tuple[bytes, int]:
+        """What a sample message of this sink's policy sends, and its time in nanoseconds."""
+        if self._cdr:  # the time is the message's "t" (see PublishPolicy.cdr_topic)
+            return message.payload, round(float(message.user_properties[0][1]) * 1e9)
+        return json_sample(message)
 
     def _send(self, instance: _Instance, payload: bytes, time_ns: int) -> None:
         """Log one sample of ``instance``; a new channel's wait for its first subscription."""
@@ -545,12 +546,7 @@ class FoxgloveSink:
             if instance is None or instance.rows_events != events or instance.newest is None:
                 continue  # not quiet: the viewer has had its samples since
             for message in self.policy.sample_of(instance.newest):
-                if self._cdr:
-                    time_ns = round(float(message.user_properties[0][1]) * 1e9)
-                    payload = message.payload
-                else:
-                    time_ns = round(json_sample_time(message.payload) * 1e9)
-                    payload = stamped(message.payload, time_ns)
+                payload, time_ns = self._sample(message)
                 instance.channel.log(payload, log_time=time_ns)
                 self.resent += 1
 
@@ -584,17 +580,10 @@ class FoxgloveSink:
         """Send this sink's policy's samples, logged strings and status to their channels."""
         self._follow_anchor(self.policy)
         by_topic = self._by_topic
-        cdr = self._cdr
         for message in messages:
             instance = by_topic.get(message.topic)
             if instance is not None:
-                if cdr:  # the time is the message's "t" (see PublishPolicy.cdr_topic)
-                    time_ns = round(float(message.user_properties[0][1]) * 1e9)
-                    payload = message.payload
-                else:
-                    time_ns = round(json_sample_time(message.payload) * 1e9)
-                    payload = stamped(message.payload, time_ns)
-                self._send(instance, payload, time_ns)
+                self._send(instance, *self._sample(message))
                 continue
             if message.topic == self.policy.status_topic:
                 self._status_channel.log(message.payload, log_time=time.time_ns())

@@ -17,7 +17,7 @@ from mcap.writer import CompressionType, Writer
 
 from ulogstream.errors import ExportError
 from ulogstream.export.ordering import DEFAULT_BUDGET, TimeOrder
-from ulogstream.export.rosnames import RosVersion
+from ulogstream.export.rosnames import CDR_ENCODING, ROS2_SCHEMA_ENCODING, RosVersion
 from ulogstream.export.rostypes import (
     CHUNK_SIZE,
     ExportSummary,
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 MCAP_CHUNK_SIZE: Final = 1 << 20
 """Uncompressed bytes per MCAP chunk; one chunk is held in memory."""
 
-SCHEMA_ENCODING: Final = "ros2msg"
-MESSAGE_ENCODING: Final = "cdr"
 PROFILE: Final = "ros2"
 INFO_METADATA: Final = "ulog_info"
 """Name of the metadata record holding the log's 'I' values (as strings)."""
@@ -65,10 +63,10 @@ class _McapSink:
         if schema is None:
             definition, _ = self._store.generate_msgdef(typename, ros_version=2)
             schema = int(
-                self._writer.register_schema(typename, SCHEMA_ENCODING, definition.encode())
+                self._writer.register_schema(typename, ROS2_SCHEMA_ENCODING, definition.encode())
             )
             self._schemas[typename] = schema
-        channel = int(self._writer.register_channel(topic, MESSAGE_ENCODING, schema))
+        channel = int(self._writer.register_channel(topic, CDR_ENCODING, schema))
         self._channels.append((channel, typename))
         return len(self._channels) - 1
 

@@ -179,6 +179,12 @@ PARAMETER_TOPIC: Final = "/parameters"
 """Where parameters go: the initial values at the log's start, then every change."""
 
 
+ROS2_SCHEMA_ENCODING: Final = "ros2msg"
+"""The schema encoding of ROS 2 ``.msg`` text (MCAP, Foxglove WebSocket channels)."""
+
+CDR_ENCODING: Final = "cdr"
+"""The message encoding of ROS 2 messages (PlotJuggler's Foxglove client keeps only these)."""
+
 SEPARATOR: Final = "=" * 80
 """What separates the types of a full message definition (ROS's concatenated ``.msg`` text)."""
 

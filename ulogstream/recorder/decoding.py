@@ -166,7 +166,6 @@ class LiveDecoder:
         # already subscribed. One wall-clock anchor for both outlets: their samples carry the
         # same ``t``.
         if self.foxglove is not None:
-            self.foxglove.log_started()
             self.foxglove.follow(None if self.publisher is None else self.publisher.policy)
         wall_time = time.time()
         for outlet in (self.publisher, self.foxglove):
