@@ -7,6 +7,7 @@ front): a WebSocket upgrade written by hand, as a browser sends it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import logging
 import os
@@ -18,10 +19,12 @@ import pytest
 from ulogstream.adapters.foxglove_front import upgrade_answer, upgrade_request
 from ulogstream.adapters.foxglove_sink import FoxgloveSink
 from ulogstream.config.sections import FoxgloveSettings
+from ulogstream.errors import ConfigError
 from ulogstream.recorder.wiring import foxglove_view
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 """RFC 6455's constant for Sec-WebSocket-Accept."""
@@ -120,3 +123,31 @@ def test_stopping_cuts_connected_viewers(sink: FoxgloveSink) -> None:
         sock.settimeout(10)
         while sock.recv(4096):
             pass  # the end of the stream: the server closed it
+
+
+def test_garbage_instead_of_a_handshake_is_dropped_and_the_next_viewer_served(
+    sink: FoxgloveSink, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="ulogstream"):
+        with socket.create_connection(("127.0.0.1", sink.address.port), timeout=10) as junk:
+            junk.sendall(os.urandom(20_000))  # no HTTP head end within 16 KiB
+            junk.settimeout(10)
+            with contextlib.suppress(ConnectionResetError):
+                while junk.recv(4096):
+                    pass  # the front closes it
+        head, _, sock = _handshake(sink.address.port, "foxglove.websocket.v1")
+        sock.close()
+    assert head.startswith(b"HTTP/1.1 101"), head
+    assert any("ended before it began" in r.getMessage() for r in caplog.records)
+
+
+def test_a_tls_key_that_is_no_pem_is_one_error_naming_both_files(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("not a certificate\n")
+    key.write_text("not a key\n")
+    view = foxglove_view(
+        FoxgloveSettings(enabled=True, listen="127.0.0.1:0", tls_cert_file=cert, tls_key_file=key)
+    )
+    assert view is not None
+    with pytest.raises(ConfigError, match=r"^foxglove\.tls_cert_file .*cert\.pem and foxglove"):
+        view.start()
