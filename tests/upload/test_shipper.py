@@ -10,12 +10,14 @@ import shutil
 from typing import TYPE_CHECKING
 
 import pytest
+from support.shared_data import SHARED_ULG_FILES
 from support.waiting import eventually, running
 
 from ulogstream.config.sections import UploadSettings
 from ulogstream.recorder.identity import recalled_sys_uuid, remember_sys_uuid
 from ulogstream.sim.flightlog import generate_flight_log
-from ulogstream.upload.info import FinishedLogInfo, describe, read_sys_uuid
+from ulogstream.ulog.writer import ULogWriter
+from ulogstream.upload.info import FinishedLogInfo, _parsed_sys_uuid, describe, read_sys_uuid
 from ulogstream.upload.shipper import LogShipper
 
 if TYPE_CHECKING:
@@ -207,3 +209,41 @@ def test_the_sys_uuid_is_read_from_the_log_header_and_can_be_remembered(tmp_path
     assert recalled_sys_uuid(state) == "another"
     assert recalled_sys_uuid(tmp_path / "none") is None
     assert read_sys_uuid(finished_log(tmp_path / "x", b"not a ulog")) is None
+
+
+@pytest.mark.skipif(not SHARED_ULG_FILES, reason="../shared/data/ulg is only beside a CI checkout")
+def test_the_header_walk_reads_the_sys_uuid_the_parser_reads(tmp_path: Path) -> None:
+    found = 0
+    for path in SHARED_ULG_FILES:
+        expected = _parsed_sys_uuid(path)
+        assert read_sys_uuid(path) == expected, path.name
+        found += expected is not None
+        head = path.read_bytes()[:40_000]
+        for cut in range(0, len(head), 1999):  # a file cut anywhere in its definitions
+            part = tmp_path / "part.ulg"
+            part.write_bytes(head[:cut])
+            assert read_sys_uuid(part) == _parsed_sys_uuid(part), (path.name, cut)
+    assert found >= 5
+
+
+@pytest.mark.parametrize(
+    ("type_name", "value", "expected"),
+    [
+        ("char[8]", "ab12\0\0\0\0", "ab12"),
+        ("uint8_t[4]", b"\x01\x02\xab\x00", "0102ab00"),
+        ("uint32_t", 7, "7"),  # another type: the parser's reading
+    ],
+)
+def test_each_type_of_sys_uuid_reads_as_the_parser_reads_it(
+    tmp_path: Path, type_name: str, value: str | bytes | int, expected: str
+) -> None:
+    writer = ULogWriter(timestamp_us=1)
+    writer.flag_bits()
+    writer.info("char", "sys_name", "PX4")
+    writer.info(type_name, "sys_uuid", value)
+    writer.format("small:uint64_t timestamp;float x;")
+    writer.add_logged_message("small")
+    path = tmp_path / "log.ulg"
+    path.write_bytes(writer.getvalue())
+
+    assert read_sys_uuid(path) == expected == _parsed_sys_uuid(path)

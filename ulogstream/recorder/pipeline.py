@@ -26,6 +26,7 @@ from ulogstream.recorder.status import SESSION_COUNTERS, RecorderStatus
 from ulogstream.stream import (
     FramingMismatch,
     LogEnded,
+    LoggingData,
     LoggingSession,
     LogStarted,
     MavlinkMessage,
@@ -141,6 +142,20 @@ class Pipeline:
                     later.append(output)
         if later:
             self.execute(later, now)
+
+    def receive_logging_data(self, packet: LoggingData, now: float) -> bool:
+        """The data phase's common case (no ack due): its bytes written at once.
+
+        Returns:
+            Whether the session took it (:meth:`LoggingSession.receive_logging_data`); if not,
+            nothing was done: hand it to :meth:`receive_messages` as a message.
+        """
+        chunk = self.session.receive_logging_data(packet, now)
+        if chunk is None:
+            return False
+        if chunk:
+            self._write(chunk, now)
+        return True
 
     # -- the link ------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from ulogstream.stream import (
     LogEnded,
     LoggingPacket,
     MavlinkMessage,
+    logging_packet,
 )
 from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1
 from ulogstream.stream.router import Contact, Impostor, NewVehicle, VehicleIgnored
@@ -206,6 +207,8 @@ class Recorder:
         self._notifier = notifier or Notifier({})
         self._stop_requested = asyncio.Event()
         self._abandon_requested = asyncio.Event()
+        self._timer_waker: asyncio.Future[None] | None = None
+        """What the timer loop sleeps on (:meth:`_timer_sleep`)."""
         self._stop_hint_shown = False
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
@@ -244,7 +247,13 @@ class Recorder:
         """
         if self._stop_requested.is_set():
             self._abandon_requested.set()
-        self._stop_requested.set()
+        self._set(self._stop_requested)
+
+    def _set(self, request: asyncio.Event) -> None:
+        """Set a stop or abandon request and wake the timer loop to carry it out."""
+        request.set()
+        if self._timer_waker is not None:
+            _wake(self._timer_waker)
 
     async def run(self) -> int:
         """Run until stopped; the exit code is 0 unless the stream could not be recorded."""
@@ -523,9 +532,25 @@ class Recorder:
 
     def _route(self, data: bytes, now: float) -> None:
         """Decode one chunk and hand each vehicle its messages (acks go out inside)."""
-        messages = self._codec.decode(data)
-        if not messages:
-            return
+        packet = self._codec.decode_logging_data(data)
+        if packet is None:
+            messages = self._codec.decode(data)
+            if not messages:
+                return
+        else:
+            # The data phase's common case, one plain LOGGING_DATA: no message built.
+            system_id = packet[0]
+            self._data_phase = True
+            if self._acked:
+                self._acked.discard(system_id)
+            pipeline = self.vehicles.get(system_id)
+            if (
+                pipeline is not None
+                and (self._udp is None or pipeline.peer == self._udp.peer)
+                and pipeline.receive_logging_data(packet, now)
+            ):
+                return
+            messages = [logging_packet(packet)]
         for message in messages:
             if type(message) is not LoggingPacket:
                 self._urgent = True
@@ -649,8 +674,23 @@ class Recorder:
             if deadlines:
                 delay = min(delay, max(0.0, min(deadlines) - time.monotonic()))
             wake = self._abandon_requested if stopping else self._stop_requested
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), delay)
+            if not wake.is_set():
+                await self._timer_sleep(delay)
+
+    async def _timer_sleep(self, delay: float) -> None:
+        """Sleep ``delay`` seconds or until :meth:`_set` wakes the timer loop.
+
+        One future and one timer: ``asyncio.wait_for`` on an event's ``wait`` would wrap a task
+        around it each time, three loop turns per tick instead of one.
+        """
+        loop = asyncio.get_running_loop()
+        waker = self._timer_waker = loop.create_future()
+        timer = loop.call_later(delay, _wake, waker)
+        try:
+            await waker
+        finally:
+            timer.cancel()
+            self._timer_waker = None
 
     def _stop_text(self) -> str:
         """What a stop does now: the handshake, or nothing to stop."""
@@ -674,7 +714,7 @@ class Recorder:
     def _rejected(self, pipeline: Pipeline, now: float) -> None:
         """The vehicle refused to stream: ask again later (or give up with --once)."""
         if self.once:
-            self._stop_requested.set()
+            self._set(self._stop_requested)
         elif pipeline.rejected_at is None:
             pipeline.rejected_at = now
             logger.warning("asking again in %.0f s", REJECTED_RETRY_S)
@@ -686,7 +726,7 @@ class Recorder:
 
     def _log_ended(self, _ended: LogEnded) -> None:
         if self.once:
-            self._stop_requested.set()
+            self._set(self._stop_requested)
 
     async def _status_loop(self) -> None:
         watchdog = watchdog_interval() if self.parts.watchdog else None
@@ -782,3 +822,9 @@ class StatusView(Protocol):
 
     def __call__(self, text: str, *, note: str | None = None) -> None:
         """Show ``text`` in place of the last one (empty: clear it); ``note`` once, above it."""
+
+
+def _wake(waker: asyncio.Future[None]) -> None:
+    """End a timer sleep (unless a stop request ended it first)."""
+    if not waker.done():
+        waker.set_result(None)

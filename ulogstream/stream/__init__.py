@@ -7,9 +7,11 @@ from ulogstream.stream.packets import (
     CommandLong,
     Heartbeat,
     LoggingAck,
+    LoggingData,
     LoggingPacket,
     MavlinkMessage,
     MavResult,
+    logging_packet,
 )
 from ulogstream.stream.reassembler import (
     FramingMismatch,
@@ -49,6 +51,7 @@ __all__ = [
     "LogStarted",
     "LogStreamReassembler",
     "LoggingAck",
+    "LoggingData",
     "LoggingPacket",
     "LoggingSession",
     "MavResult",
@@ -65,6 +68,7 @@ __all__ = [
     "StreamEnded",
     "StreamRejected",
     "WriteUlog",
+    "logging_packet",
     "next_sequence",
     "sequence_distance",
     "sequence_gap",

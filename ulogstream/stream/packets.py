@@ -113,3 +113,25 @@ class LoggingAck:
 
 MavlinkMessage = LoggingPacket | CommandAck | Heartbeat | CommandLong | LoggingAck
 """Every MAVLink message ulogstream reads, as a plain value."""
+
+
+LoggingData = tuple[int, int, int, int, int, int, bytes]
+"""A plain LOGGING_DATA's fields as the data phase's fast path carries them, no object built:
+``(system_id, component_id, target_system, target_component, sequence, first_message_offset,
+data)``, ``data`` cut to ``length`` (:meth:`ulogstream.mavlink_codec.MavlinkCodec.
+decode_logging_data`, :meth:`ulogstream.stream.session.LoggingSession.receive_logging_data`)."""
+
+
+def logging_packet(packet: LoggingData) -> LoggingPacket:
+    """The message of a plain LOGGING_DATA the fast path did not take (``needs_ack`` False)."""
+    system_id, component_id, target_system, target_component, sequence, offset, data = packet
+    return LoggingPacket(
+        sequence=sequence,
+        first_message_offset=offset,
+        data=data,
+        needs_ack=False,
+        system_id=system_id,
+        component_id=component_id,
+        target_system=target_system,
+        target_component=target_component,
+    )

@@ -379,6 +379,60 @@ class LogStreamReassembler:
             return
         self._reorder(packet, now, out)
 
+    def receive_next(self, sequence: int, offset: int, data: bytes, now: float) -> bytes | None:
+        """The data phase's common case in one call: the next plain LOGGING_DATA of the open log.
+
+        Taken when nothing is held, the packet follows the last one taken, the stream is in
+        step (framed, in the data section) and the packet's
+        ``first_message_offset`` agrees with the bytes held. Its effect is then exactly
+        :meth:`receive_packet_into`'s for that packet (``needs_ack`` False), with no output
+        objects: the bytes to write are returned (whole messages; b"" when none is complete).
+
+        Returns:
+            The bytes to write, or None: nothing was done (hand the packet to
+            :meth:`receive_packet_into`).
+        """
+        buffer = self._buffer
+        held = len(buffer)
+        length = len(data)
+        if (
+            not self.log_open
+            or self._held
+            or not self._synced
+            or not self._data_section
+            or sequence != (self._last_sequence + 1) & 0xFFFF
+            or length > MAX_DATA_LENGTH
+        ):
+            return None
+        if held:
+            # The pending message's end, its size's two bytes perhaps split over two packets.
+            if held > 1:
+                end = MESSAGE_HEADER_SIZE + (buffer[0] | buffer[1] << 8)
+            elif length:
+                end = MESSAGE_HEADER_SIZE + (buffer[0] | data[0] << 8)
+            else:
+                return None
+            if offset == NO_MESSAGE_START:
+                # It goes on through this packet and must not end inside it.
+                if held + length < MESSAGE_HEADER_SIZE or end < held + length:
+                    return None
+                whole = end == held + length
+            elif offset >= length or end != held + offset:
+                return None  # invalid, or a message starts where the pending one does not end
+            else:
+                whole = True
+        elif offset:
+            return None  # the last packet ended on a message boundary: one must start at 0
+        else:
+            whole = length > 0
+        self.counters.packets += 1
+        self._last_sequence = sequence
+        self._log_packets += 1
+        if now - self._rate_mark_time >= RATE_WINDOW_S:
+            self._measure_rate(now)
+        buffer += data
+        return self._cut(0, now) if whole else b""
+
     def next_deadline(self) -> float | None:
         """When :meth:`handle_timer` must run to declare a gap the window gave up on, or None."""
         return self._held_deadline if self._held else None
@@ -597,6 +651,15 @@ class LogStreamReassembler:
 
     def _frame(self, start: int, now: float, out: OutputSink) -> None:
         """Write every whole message from the buffer's beginning (``start`` skips the header)."""
+        chunk = self._cut(start, now)
+        if chunk:
+            out.append(WriteUlog(chunk))
+
+    def _cut(self, start: int, now: float) -> bytes:
+        """Cut every whole message from the buffer's beginning: the bytes to write (b"": none).
+
+        ``start`` skips the file header. A dropout waiting for the data section goes first.
+        """
         buffer = self._buffer
         size = len(buffer)
         position = start
@@ -633,7 +696,7 @@ class LogStreamReassembler:
         if head is not None and len(head) > MAX_HEAD_BYTES:
             self._head = None  # no continuation for this log: memory stays bounded
         if not position:
-            return
+            return b""
         chunk = bytes(buffer[:position])
         del buffer[:position]
         if self._dropout_pending:
@@ -646,7 +709,7 @@ class LogStreamReassembler:
             self._dropout_floor = 0.0
         self._last_write_time = now
         self.counters.bytes_written += len(chunk)
-        out.append(WriteUlog(chunk))
+        return chunk
 
 
 _DROPOUT_SIZE = len(encode_dropouts(0))

@@ -49,6 +49,7 @@ from ulogstream.stream.packets import (
     MAV_TYPE_ONBOARD_CONTROLLER,
     CommandAck,
     Heartbeat,
+    LoggingData,
     LoggingPacket,
     MavlinkMessage,
     MavResult,
@@ -374,6 +375,31 @@ class LoggingSession:
             case _:
                 pass  # COMMAND_LONG and LOGGING_ACK are for vehicles
         return out
+
+    def receive_logging_data(self, packet: LoggingData, now: float) -> bytes | None:
+        """The data phase's common case: a plain LOGGING_DATA of the log being streamed.
+
+        Taken while streaming into an open log, from our autopilot and addressed to us, when the
+        reassembler takes it as the next packet (:meth:`LogStreamReassembler.receive_next`).
+        Its effect is then exactly :meth:`receive`'s, which would have returned at most one
+        :class:`WriteUlog`: its bytes are returned instead (b"": nothing to write yet).
+
+        Returns:
+            The bytes to write, or None: nothing was done (pass the packet to :meth:`receive`).
+        """
+        system_id, component_id, target_system, target_component, sequence, offset, data = packet
+        if (
+            self._state is not _STREAMING
+            or system_id != self._autopilot_system
+            or component_id != self._autopilot_component
+            or target_system not in self._accepted_systems
+            or target_component not in self._accepted_components
+        ):
+            return None
+        chunk = self._reassembler.receive_next(sequence, offset, data, now)
+        if chunk is not None:
+            self._last_data_time = now
+        return chunk
 
     def stop(self, now: float) -> list[SessionOutput]:
         """Stop streaming: send LOGGING_STOP and keep acking and writing until it is answered.

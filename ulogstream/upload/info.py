@@ -11,6 +11,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ulogstream.errors import ULogFormatError
+from ulogstream.ulog.spec import (
+    DATA_SECTION_STARTERS,
+    HEADER_SIZE,
+    MAGIC,
+    MESSAGE_HEADER_SIZE,
+    MessageType,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -75,11 +82,65 @@ class FinishedLogInfo:
 def read_sys_uuid(path: Path) -> str | None:
     """The ``sys_uuid`` information of the ULog file at ``path`` (blocking; reads its header).
 
+    Message headers are walked through the definitions section to the ``sys_uuid`` 'I' message
+    (PX4 writes it among the first): a ``char[N]`` value is text and a ``uint8_t[N]`` one
+    bytes shown in hex, as the parser decodes them; another type is left to the parser. At the
+    end of every log this costs a few hundred microseconds instead of loading the parser.
+
     Returns:
         The value as text, or None when the header has none or cannot be read.
     """
-    # Imported here, in the thread that finishes a log: a recorder starts without the parser.
-    from ulogstream.ulog.events import DefinitionsEnd, Info  # noqa: PLC0415
+    try:
+        with path.open("rb") as file:
+            head = file.read(_HEADER_CHUNK)
+            if not head.startswith(MAGIC):
+                return None
+            position = HEADER_SIZE
+            while True:
+                if position + MESSAGE_HEADER_SIZE > len(head):
+                    more = file.read(_HEADER_CHUNK)
+                    if not more:
+                        return None
+                    head = head[position:] + more
+                    position = 0
+                    continue
+                size = head[position] | head[position + 1] << 8
+                msg_type = head[position + 2]
+                end = position + MESSAGE_HEADER_SIZE + size
+                if msg_type in DATA_SECTION_STARTERS:
+                    return None
+                if end > len(head):
+                    more = file.read(max(_HEADER_CHUNK, end - len(head)))
+                    if len(more) < end - len(head):
+                        return None
+                    head = head[position:] + more
+                    position = 0
+                    continue
+                if msg_type == MessageType.INFO:
+                    payload = head[position + MESSAGE_HEADER_SIZE : end]
+                    key_end = 1 + payload[0] if payload else 0
+                    key_type, _, key = payload[1:key_end].decode(errors="replace").partition(" ")
+                    if key == "sys_uuid":
+                        return _sys_uuid_text(path, key_type, payload[key_end:])
+                position = end
+    except OSError:
+        return None
+
+
+def _sys_uuid_text(path: Path, key_type: str, raw: bytes) -> str | None:
+    """``sys_uuid``'s value as text (see :func:`read_sys_uuid`)."""
+    if key_type.startswith("char["):
+        text = raw.decode(errors="replace")
+    elif key_type.startswith("uint8_t["):
+        text = raw.hex()
+    else:
+        return _parsed_sys_uuid(path)
+    return text.strip("\x00 ") or None
+
+
+def _parsed_sys_uuid(path: Path) -> str | None:
+    """``sys_uuid`` as the parser reads it (values of types :func:`read_sys_uuid` leaves)."""
+    from ulogstream.ulog.events import DefinitionsEnd, Info  # noqa: PLC0415 (rare: start-up time)
     from ulogstream.ulog.parser import ULogParser, no_rows  # noqa: PLC0415
 
     parser = ULogParser(rows=no_rows)  # the header only: no row decoded, numpy not loaded
