@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from typing import TYPE_CHECKING
 
 import msgpack
@@ -77,6 +78,26 @@ class RowEncoder:
         ]
         key_part = "".join(f",{json.dumps(k).replace('%', '%%')}:%s" for k in self.keys)
         self.template = '{"t":%s,"timestamp":%d' + key_part + "}"
+        # One row (what a rate cap publishes): every number read by one struct, in row order.
+        numbers = sorted(
+            (layout[name][1], column, np.dtype(layout[name][0]))
+            for column, name in enumerate(self.keys)
+            if np.dtype(layout[name][0]).kind != "S"
+        )
+        codes, position = ["<"], 0
+        self.row_columns: list[tuple[int, str]] = []
+        """(output column, kind) of each value :attr:`row_struct` reads, in its order."""
+        for offset, column, field in numbers:
+            codes.append(f"{offset - position}x{_STRUCT_CODES[field.kind, field.itemsize]}")
+            position = offset + field.itemsize
+            self.row_columns.append(
+                (column, "f32" if field.kind == "f" and field.itemsize == 4 else field.kind)  # noqa: PLR2004
+            )
+        self.row_struct = struct.Struct("".join(codes))
+        self.char_slices = [
+            (column, layout[name][1], layout[name][1] + layout[name][2])
+            for name, column in self.char_fields
+        ]
 
     @staticmethod
     def keys_of(dtype: np.dtype[np.void]) -> list[str]:
@@ -86,6 +107,8 @@ class RowEncoder:
     def columns(self, rows: npt.NDArray[np.void]) -> list[list[object]]:
         """Each row's values in key order, formatted as JSON text (numbers, null, strings)."""
         count = len(rows)
+        if count == 1:
+            return [self.row_values(np.ascontiguousarray(rows).tobytes())]
         table = np.empty((count, len(self.keys)), dtype=object)
         raw = np.ascontiguousarray(rows).view(np.uint8).reshape(count, self.itemsize)
         for kind, gather_dtype, index, columns in self.groups:
@@ -104,6 +127,29 @@ class RowEncoder:
             table[:, column] = [json.dumps(_cut_at_nul(v)) for v in rows[name].tolist()]
         rows_out: list[list[object]] = table.tolist()
         return rows_out
+
+    def row_values(self, row: bytes) -> list[object]:
+        """One row's values in key order, as :meth:`columns` formats them, without numpy.
+
+        A rate cap publishes one row at a time, where numpy's per-call cost is most of the
+        work. Float texts come from a cache shared by every encoder: about 60 % of the values
+        of a real log's rows at 10 Hz are the ones the previous row sent.
+        """
+        out: list[object] = [None] * len(self.keys)
+        for (column, kind), value in zip(
+            self.row_columns, self.row_struct.unpack_from(row), strict=True
+        ):
+            if kind == "f32":
+                out[column] = _float32_text(value)
+            elif kind == "f":
+                out[column] = _float64_text(value)
+            elif kind == "b":
+                out[column] = "true" if value else "false"
+            else:
+                out[column] = value
+        for column, start, end in self.char_slices:
+            out[column] = json.dumps(_cut_at_nul(row[start:end]))
+        return out
 
     def json_payloads(
         self, rows: npt.NDArray[np.void], stamps: list[int], times: list[str]
@@ -267,6 +313,51 @@ def _field_layout(dtype: np.dtype[np.void]) -> dict[str, tuple[str, int, int]]:
     if fields is None:
         return {}
     return {name: (spec[0].str, spec[1], spec[0].itemsize) for name, spec in fields.items()}
+
+
+_STRUCT_CODES: dict[tuple[str, int], str] = {
+    ("f", 4): "f",
+    ("f", 8): "d",
+    ("b", 1): "?",
+    ("u", 1): "B",
+    ("u", 2): "H",
+    ("u", 4): "I",
+    ("u", 8): "Q",
+    ("i", 1): "b",
+    ("i", 2): "h",
+    ("i", 4): "i",
+    ("i", 8): "q",
+}
+"""``struct`` codes of the numeric ULog types, by numpy kind and size."""
+
+
+_FLOAT32_TEXTS: dict[float, str] = {}
+"""Texts of float32 values already formatted (bounded by :data:`FLOAT_TEXT_CACHE`)."""
+
+
+FLOAT_TEXT_CACHE = 1 << 16
+"""Most float32 texts kept; the cache starts over when full."""
+
+
+def _float32_text(value: float) -> str:
+    """A float32 value (read as a Python float) as numpy writes it; null if not finite."""
+    text = _FLOAT32_TEXTS.get(value)
+    if text is not None:
+        return text
+    if not value:  # 0.0 and -0.0 would be one key
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    if not math.isfinite(value):
+        return "null"
+    text = str(np.float32(value))
+    if len(_FLOAT32_TEXTS) >= FLOAT_TEXT_CACHE:
+        _FLOAT32_TEXTS.clear()
+    _FLOAT32_TEXTS[value] = text
+    return text
+
+
+def _float64_text(value: float) -> str:
+    """A float64 value as numpy writes it (Python's shortest round trip is the same text)."""
+    return repr(value) if math.isfinite(value) else "null"
 
 
 def _cut_at_nul(value: object) -> str:
