@@ -160,12 +160,16 @@ def test_a_sample_the_broker_did_not_take_goes_back_in_front() -> None:
     assert outbox.dropped == 1
 
 
-def test_qos0_samples_leave_in_bursts_only_when_nothing_retained_is_due() -> None:
+def test_qos0_messages_leave_in_bursts_in_order_until_one_needs_an_acknowledgement() -> None:
     outbox = Outbox(outbox_size=10, now=0.0)
     outbox.offer(sample(1), now=0.0)
     outbox.offer(retained("v/meta/status", b"s"), now=0.0)
-    assert outbox.next_qos0() is None  # the retained message goes first, through next()
-    assert drain(outbox)[0].retain
+    outbox.offer(MqttMessage("v/meta/info", b"i", retain=True, qos=1), now=0.0)
+    got = outbox.next_qos0()  # retained QoS 0 first, as next() orders them
+    assert got is not None
+    assert (got.topic, got.retain) == ("v/meta/status", True)
+    assert outbox.next_qos0() is None  # the retained QoS 1 needs an acknowledgement
+    assert drain(outbox)[0].topic == "v/meta/info"
     outbox.offer(MqttMessage("v/json/x/0", b"q1", qos=1), now=0.0)
     assert outbox.next_qos0() is None  # QoS 1 needs an acknowledgement
     assert isinstance(outbox.next(0.0), MqttMessage)
@@ -173,6 +177,8 @@ def test_qos0_samples_leave_in_bursts_only_when_nothing_retained_is_due() -> Non
     got = outbox.next_qos0()
     assert got is not None
     assert got.payload == b"2"
+    outbox.connected_again()  # retained messages due again are paced: through next()
+    assert outbox.next_qos0() is None
 
 
 def test_samples_are_recognized_by_their_instance_level() -> None:

@@ -52,6 +52,11 @@ BURST = 64
 """QoS 0 messages handed to paho at once, between two turns of the event loop."""
 
 
+WRITE_TURNS = 4
+"""Loop turns a burst may wait for paho to write the last one; then (a slow broker) the next
+message goes through aiomqtt's ``publish``, which waits until paho has written it."""
+
+
 def _paho_of(client: aiomqtt.Client) -> mqtt.Client | None:
     """The paho client under aiomqtt's (None if this aiomqtt keeps it elsewhere).
 
@@ -419,17 +424,24 @@ class MqttSink:
             on_publish = _OnPublishWhileAwaited(cast("mqtt.CallbackOnPublish_v2", paho.on_publish))
             paho.on_publish = on_publish
         outbox = self.outbox
+        turns = 0
         while True:
-            if (
-                paho is not None
-                and outbox.cap is None
-                and not paho.want_write()
-                and self._publish_burst(paho)
-            ):
-                await asyncio.sleep(0)  # let the loop read the socket and run the others
-                continue
+            if paho is not None and outbox.cap is None:
+                if not paho.want_write():
+                    turns = 0
+                    if self._publish_burst(paho):
+                        await asyncio.sleep(0)  # let the loop read the socket and run the others
+                        continue
+                elif turns < WRITE_TURNS:
+                    # paho writes the last burst from a writer callback that aiomqtt registers
+                    # at the loop's next turn: wait for it rather than send the next sample
+                    # through ``publish`` (an event and a task for each message).
+                    turns += 1
+                    await asyncio.sleep(0)
+                    continue
             message = outbox.next(time.monotonic())
             if not isinstance(message, MqttMessage):
+                turns = 0
                 if message is None:
                     self._drained.set()
                 self._wakeup.clear()
@@ -478,8 +490,9 @@ class MqttSink:
         event and a task to wait for paho's ``on_publish``: two or three loop iterations per
         message. QoS 0 needs no confirmation, so paho gets them directly and writes them when the
         socket takes them. A burst starts only when paho has nothing left to write, so a slow
-        broker backs up into the bounded outbox (drop-oldest), never into paho's queue. Retained
-        messages, and QoS 1 and 2, go through ``publish`` (they end the burst).
+        broker backs up into the bounded outbox (drop-oldest), never into paho's queue. QoS 1
+        and 2, and retained messages sent again after a reconnection (paced), go through
+        ``publish`` (they end the burst).
 
         Returns:
             How many messages paho took.
@@ -498,7 +511,7 @@ class MqttSink:
                     message.topic,
                     message.payload,
                     qos=0,
-                    retain=False,
+                    retain=message.retain,
                     properties=self._properties_for(message),
                 )
             except ValueError as err:  # paho refuses this message (and only this one)

@@ -228,12 +228,16 @@ class Outbox:
         return self._resend_bucket.wait(now) if resend else None
 
     def next_qos0(self) -> MqttMessage | None:
-        """The next message if it can go without an acknowledgement (QoS 0, not retained).
+        """The next message in :meth:`next`'s order if it can go without an acknowledgement.
 
-        None when a retained message is due first (they go in :meth:`next`'s order) or the next
-        one needs QoS 1 or 2.
+        None when the next one needs QoS 1 or 2, or is a retained message due again after a
+        reconnection (those are paced: :meth:`next`).
         """
-        if self._pending_retained or self._resend:
+        pending_retained = self._pending_retained
+        if pending_retained:
+            topic = next(iter(pending_retained))
+            return None if pending_retained[topic].qos else pending_retained.pop(topic)
+        if self._resend:
             return None
         queue = self._events or self._samples
         if not queue or queue[0].qos:
