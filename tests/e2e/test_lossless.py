@@ -18,12 +18,15 @@ from support.shared_data import shared_ulg
 
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.cli.demo import free_udp_port
+from ulogstream.recorder.pipeline import Pipeline
 from ulogstream.recorder.wiring import build_recorder
 from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from ulogstream.stream import LoggingData
 
 SAMPLES = (
     "px4-ulog-rs__esc_status_log.ulg",
@@ -117,3 +120,33 @@ async def test_sample_logs_over_udp_are_byte_identical(tmp_path: Path, name: str
     assert run.exit_code == 0
     assert_one_identical_file(run.files, log)
     read_pyulog(run.files[0])
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_the_data_phase_of_a_real_log_takes_the_fast_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The file is the same either way; the CPU is not: every plain LOGGING_DATA should go from
+    # the datagram to the file without a message object (docs/performance.md, issue 25).
+    log = shared_ulg("pyulog__sample_logging_tagged_and_default_params.ulg").read_bytes()
+    taken = declined = 0
+    fast = Pipeline.receive_logging_data
+
+    def counting(pipeline: Pipeline, packet: LoggingData, now: float) -> bool:
+        nonlocal taken, declined
+        result = fast(pipeline, packet, now)
+        taken += result
+        declined += not result
+        return result
+
+    monkeypatch.setattr(Pipeline, "receive_logging_data", counting)
+    port = free_udp_port()
+    recorder = build_recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path), once=True)
+    run = await record(log, recorder, f"udpout:127.0.0.1:{port}", config=USB)
+    assert_one_identical_file(run.files, log)
+    assert run.recorder.pipeline is not None
+    counters = run.recorder.pipeline.session.counters
+    unacked = counters.packets - counters.acked
+    assert taken >= 0.99 * unacked > 1000
+    assert declined <= 0.01 * unacked
