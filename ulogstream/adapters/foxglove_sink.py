@@ -89,6 +89,10 @@ SDK_WATCHED_LOGGERS: Final = (
 )
 """The SDK's loggers of viewer events (a logger's filters see only its own records)."""
 
+SDK_SETTLE_S: Final = 0.05
+"""At a stop, how long the SDK's threads may finish what they started for the viewers just cut,
+before its channels are closed (:meth:`FoxgloveSink.stop`)."""
+
 _OUTBOX_FULL = re.compile(r"outbox for client [^ ]*:(\d+) full")
 """The SDK's INFO line, once per episode, when a viewer's outbox overflows (no count given)."""
 
@@ -409,7 +413,17 @@ class FoxgloveSink:
         logger.info("Foxglove live view at %s (Open connection > Foxglove WebSocket)", self.url)
 
     def stop(self) -> None:
-        """Close every channel and stop the server (viewers see it close)."""
+        """Cut the viewers, close every channel and stop the server.
+
+        The viewers go first, and the SDK's threads get a moment to finish what they started
+        for them: foxglove-sdk 0.30 calls the listener (Python: it needs the GIL) while holding
+        its channel lock, and ``Channel.close`` waits for that lock without releasing the GIL.
+        A viewer subscribing while a channel closed hung the process (seen once in CI).
+        """
+        if self._front is not None:
+            self._front.close()
+            self._front = None
+            time.sleep(SDK_SETTLE_S)  # releases the GIL: a callback under way takes it and ends
         for instance in self._by_key.values():
             instance.channel.close()
         self._log_channel.close()
@@ -419,9 +433,6 @@ class FoxgloveSink:
         self._by_msg_id.clear()
         self._by_key.clear()
         self._by_channel_id.clear()
-        if self._front is not None:
-            self._front.close()
-            self._front = None
         if self._server is not None:
             self._server.stop()
             self._server = None
