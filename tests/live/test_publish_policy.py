@@ -13,8 +13,8 @@ import pytest
 
 from ulogstream.config.sections import MqttSettings
 from ulogstream.live.outbox import MqttMessage, valid_topic, valid_topic_level
-from ulogstream.live.policy import PublishPolicy, TopicChoice
-from ulogstream.ulog.events import DataRows, Dropout, Subscription, ULogEvent
+from ulogstream.live.policy import PARAMS_PER_FLUSH, PublishPolicy, TopicChoice
+from ulogstream.ulog.events import DataRows, Dropout, Parameter, Subscription, ULogEvent
 from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.writer import ULogWriter
 
@@ -66,9 +66,15 @@ def definitions(writer: ULogWriter) -> dict[str, int]:
 
 
 def run(policy: PublishPolicy, events: list[ULogEvent], now: float = 0.0) -> list[MqttMessage]:
+    """What ``events`` publish at ``now``, with what falls due meanwhile (as the recorder runs)."""
     out = policy.log_started(wall_time=WALL, now=now)
     for event in events:
         out += policy.select(event, now)
+        for _ in range(100):
+            due = policy.next_deadline()
+            if due is None or due > now:
+                break
+            out += policy.flush_due(now)
     return out
 
 
@@ -438,7 +444,7 @@ def test_a_parameter_or_topic_named_with_a_wildcard_is_skipped_and_counted() -> 
     [status] = by_topic(flushed, "ulogstream/v1/meta/status")
     assert strict_json(status.payload)["skipped_topics"] == 3
     # the object of all parameters is a JSON payload: any name may be a key there
-    [params] = by_topic(flushed, "ulogstream/v1/params")
+    params = by_topic(out + flushed, "ulogstream/v1/params")[-1]
     assert strict_json(params.payload)["BAD#NAME"] == 2.0
 
 
@@ -446,3 +452,38 @@ def test_the_root_may_have_levels_as_the_settings_allow() -> None:
     mqtt = MqttSettings(url="mqtt://h", root="site/fleet", vehicle_id="v1")
     policy = PublishPolicy(vehicle_id="v1", root=mqtt.root)
     assert policy.status_topic == "site/fleet/v1/meta/status"
+
+
+def test_a_logs_parameters_go_out_in_pieces_and_a_change_in_flight_is_never_overtaken() -> None:
+    # ~1,000 parameters take ~10 ms to become messages, while the subscriptions that follow the
+    # definitions wait for their acks: they leave from flush_due, PARAMS_PER_FLUSH at a time.
+    writer = ULogWriter(timestamp_us=HEADER_US)
+    writer.flag_bits()
+    writer.format("fast:uint64_t timestamp;float x;")
+    for i in range(1000):
+        writer.parameter(f"P_{i:04d}", float(i) + 0.5)
+    writer.add_logged_message("fast", 0)
+    events = events_of(writer.getvalue())
+    policy = PublishPolicy(vehicle_id="v1")
+    out = policy.log_started(wall_time=WALL, now=0.0)
+    for event in events:
+        out += policy.select(event, 0.0)
+    assert by_topic(out, "ulogstream/v1/meta/info")
+    assert not [m for m in out if "/param" in m.topic]
+    assert policy.next_deadline() == -math.inf  # due at once, in pieces
+    pieces = []
+    while (due := policy.next_deadline()) is not None and due <= 0.0:
+        piece = policy.flush_due(0.0)
+        pieces.append([m for m in piece if "/param/" in m.topic])
+        if len(pieces) == 3:  # a change in flight, while P_0900 still waits
+            pieces.append([m for m in policy.select(Parameter("P_0900", 7.0, 5), 0.0)])
+        out += piece
+    assert max(len(piece) for piece in pieces) == PARAMS_PER_FLUSH
+    sent = [m for piece in pieces for m in piece]
+    values = {m.topic.rsplit("/", 1)[1]: json.loads(m.payload) for m in sent}
+    assert len(values) == 1000
+    assert values == {f"P_{i:04d}": 7.0 if i == 900 else i + 0.5 for i in range(1000)}
+    assert sum(m.topic.endswith("/P_0900") for m in sent) == 1  # never the old value after
+    params = by_topic(out, "ulogstream/v1/params")[-1]
+    assert strict_json(params.payload)["P_0900"] == 7.0
+    assert len(strict_json(params.payload)) == 1000

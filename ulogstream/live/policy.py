@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fnmatch
 import heapq
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -73,6 +74,11 @@ if TYPE_CHECKING:
 
 DEFAULT_ROOT = "ulogstream"
 """First level of every topic."""
+
+
+PARAMS_PER_FLUSH = 100
+"""``param/NAME`` messages made per :meth:`PublishPolicy.flush_due` call after the definitions
+(about 1 ms of work): a log's parameters never hold the loop for long at its start."""
 
 
 DEFAULT_RATE_HZ = 10.0
@@ -240,6 +246,10 @@ class PublishPolicy:
         self._info_multiple: dict[str, list[JsonValue]] = {}
         self._params: dict[str, int | float] = {}
         self._params_dirty = False
+        self._params_pending: dict[str, int | float] = {}
+        """Parameters of the definitions whose ``param/NAME`` is still to go (:meth:`flush_due`)."""
+        self._param_texts: dict[str, tuple[str, str]] = {}
+        """Each parameter's value as JSON and its ``"name":value`` entry, made once."""
         self._info_dirty = False
         self._info_sent_at = -math.inf
         self._definitions_done = False
@@ -346,8 +356,10 @@ class PublishPolicy:
                 return [self._logged_string(event)]
             case Parameter(name, value, _):
                 self._params[name] = value
+                self._param_texts.pop(name, None)
                 if self._definitions_done:
                     self._params_dirty = True
+                    self._params_pending.pop(name, None)  # its new value goes now
                     return self._param_messages({name: value})
             case Info(key, _, value, _):
                 self._info[key] = _info_json(value)
@@ -361,13 +373,13 @@ class PublishPolicy:
                 if self._offset_s is None and self._wall_time is not None:
                     self._anchor(timestamp_us)
             case DefinitionsEnd():
+                # A log's ~1,000 parameters take ~10 ms to turn into messages, while its
+                # subscriptions go stop-and-wait: they go from flush_due in pieces instead.
                 self._definitions_done = True
                 self._info_sent_at = now
-                return [
-                    self._info_message(),
-                    *self._param_messages(self._params),
-                    self._params_message(),
-                ]
+                self._params_pending = dict(self._params)
+                self._params_dirty = True
+                return [self._info_message()]
             case Dropout(duration_ms, _):
                 self._bump("dropouts", 1)
                 self._bump("dropout_ms", duration_ms)
@@ -392,7 +404,14 @@ class PublishPolicy:
             self.skipped_samples += len(held.rows) - 1
             self._open_slot(inst, now)
             out.extend(self._encode(inst, held, len(held.rows) - 1))
-        if self._params_dirty:
+        pending = self._params_pending
+        if pending:
+            piece = dict(itertools.islice(pending.items(), PARAMS_PER_FLUSH))
+            for name in piece:
+                del pending[name]
+                self._param_text(name)  # made here, in pieces: the ``params`` object reuses it
+            out.extend(self._param_messages(piece))
+        if self._params_dirty and not pending:
             self._params_dirty = False
             out.append(self._params_message())
         if self._info_dirty and now >= self._info_sent_at + self.settings.status_interval_s:
@@ -410,7 +429,7 @@ class PublishPolicy:
             deadlines.append(self._heap[0][0])
         if self._status_dirty:
             deadlines.append(self._status_sent_at + self.settings.status_interval_s)
-        if self._params_dirty:
+        if self._params_dirty or self._params_pending:
             deadlines.append(-math.inf)
         if self._info_dirty:
             deadlines.append(self._info_sent_at + self.settings.status_interval_s)
@@ -671,14 +690,14 @@ class PublishPolicy:
         out: list[MqttMessage] = []
         if not self.settings.param_topics:
             return out
-        for name, value in params.items():
+        for name in params:
             if not valid_topic_level(name):
                 self._skip_topic()  # still in the ``params`` object: a JSON key may be anything
                 continue
             out.append(
                 MqttMessage(
                     f"{self._base}/param/{name}",
-                    _json_number(value).encode(),
+                    self._param_text(name)[0].encode(),
                     retain=True,
                     qos=self.settings.qos,
                     content_type=JSON_CONTENT_TYPE,
@@ -691,8 +710,16 @@ class PublishPolicy:
         self._status["skipped_topics"] = self.skipped_topics
         self._status_dirty = True
 
+    def _param_text(self, name: str) -> tuple[str, str]:
+        """A parameter's value as JSON, and its ``"name":value`` entry of the ``params`` object."""
+        texts = self._param_texts.get(name)
+        if texts is None:
+            value = _json_number(self._params[name])
+            texts = self._param_texts[name] = (value, f"{json.dumps(name)}:{value}")
+        return texts
+
     def _params_message(self) -> MqttMessage:
-        body = ",".join(f"{json.dumps(n)}:{_json_number(v)}" for n, v in self._params.items())
+        body = ",".join(self._param_text(name)[1] for name in self._params)
         return self._retained("params", f"{{{body}}}".encode())
 
     def json_topic(self, name: str, multi_id: int) -> str:
