@@ -255,6 +255,7 @@ async def test_retained_topics_reach_a_late_subscriber(mosquitto: Broker) -> Non
         sink.offer_all(policy.log_started(wall_time=1.7e9, now=0.0, log_file="x.ulg"))
         for event in parse_in_packets(generated_log()):
             sink.offer_all(policy.select(event, 0.0))
+        sink.offer_all(policy.flush_due(0.0))  # the parameters, after the definitions
         async with asyncio.timeout(WAIT):
             await sink.wait_drained()
 

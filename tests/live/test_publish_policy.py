@@ -476,7 +476,7 @@ def test_a_logs_parameters_go_out_in_pieces_and_a_change_in_flight_is_never_over
         piece = policy.flush_due(0.0)
         pieces.append([m for m in piece if "/param/" in m.topic])
         if len(pieces) == 3:  # a change in flight, while P_0900 still waits
-            pieces.append([m for m in policy.select(Parameter("P_0900", 7.0, 5), 0.0)])
+            pieces.append(policy.select(Parameter("P_0900", 7.0, 5), 0.0))
         out += piece
     assert max(len(piece) for piece in pieces) == PARAMS_PER_FLUSH
     sent = [m for piece in pieces for m in piece]

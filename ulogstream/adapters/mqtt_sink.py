@@ -52,6 +52,11 @@ BURST = 64
 """QoS 0 messages handed to paho at once, between two turns of the event loop."""
 
 
+BURST_S = 0.001
+"""Longest a burst may keep the loop (paho takes 50-80 us a message on a slow machine): the
+link's acks wait meanwhile, and a log's parameters are a thousand retained messages at once."""
+
+
 WRITE_TURNS = 4
 """Loop turns a burst may wait for paho to write the last one; then (a slow broker) the next
 message goes through aiomqtt's ``publish``, which waits until paho has written it."""
@@ -486,10 +491,11 @@ class MqttSink:
     def _publish_burst(self, paho: mqtt.Client) -> int:
         """Hand paho up to :data:`BURST` waiting QoS 0 messages in one go, without an await each.
 
-        aiomqtt's ``publish`` is a coroutine that, for a message not written at once, makes an
-        event and a task to wait for paho's ``on_publish``: two or three loop iterations per
-        message. QoS 0 needs no confirmation, so paho gets them directly and writes them when the
-        socket takes them. A burst starts only when paho has nothing left to write, so a slow
+        A burst ends after :data:`BURST_S` of work. aiomqtt's ``publish`` is a coroutine that,
+        for a message not written at once, makes an event and a task to wait for paho's
+        ``on_publish``: two or three loop iterations per message. QoS 0 needs no confirmation,
+        so paho gets them directly and writes them when the socket takes them. A burst starts
+        only when paho has nothing left to write, so a slow
         broker backs up into the bounded outbox (drop-oldest), never into paho's queue. QoS 1
         and 2, and retained messages sent again after a reconnection (paced), go through
         ``publish`` (they end the burst).
@@ -502,8 +508,11 @@ class MqttSink:
         """
         sent = 0
         outbox = self.outbox
-        for _ in range(BURST):
-            message = outbox.next_qos0()  # retained messages first, through publish
+        deadline = time.perf_counter() + BURST_S
+        for count in range(BURST):
+            if count & 7 == 7 and time.perf_counter() >= deadline:  # noqa: PLR2004 (every 8th)
+                break
+            message = outbox.next_qos0()  # in next()'s order
             if message is None:
                 break
             try:
