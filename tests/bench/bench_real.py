@@ -1,7 +1,9 @@
 """Whole-process CPU and ack latency on real PX4 logs, against a PX4-script-style receiver.
 
 Run: ``.venv/bin/python tests/bench/bench_real.py [--logs NAME ...] [--paces sitl usb]``
-(about 2 minutes; needs ``../shared/data/ulg`` and mosquitto).
+(about 2 minutes; needs ``../shared/data/ulg`` and mosquitto). With ``--long-minutes 10`` the
+first log's data is repeated (timestamps shifted) into one log that streams that long at the
+first pace: the long-flight figure, CPU per MB.
 
 Each real log (by default ``px4-ulog-rs__corrupt_format_not_utf8.ulg``, PX4 v1.17, 121 topic
 instances, and ``pyulog__sample_logging_tagged_and_default_params.ulg``, v1.13, 170) is streamed by
@@ -52,6 +54,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.bench_live import mosquitto, percentiles  # noqa: E402
 from bench.bench_pipeline import AckTimer  # noqa: E402
+from bench.bench_ulog import build_large  # noqa: E402
 from bench.installed import compile_package  # noqa: E402
 
 from ulogstream.adapters.udp_transport import UdpTransport  # noqa: E402
@@ -66,6 +69,8 @@ DEFAULT_LOGS = (
     "px4-ulog-rs__corrupt_format_not_utf8.ulg",
     "pyulog__sample_logging_tagged_and_default_params.ulg",
 )
+LOG_SHARE = 0.7
+"""Of a link's rate, what PX4's logger takes (the rest is telemetry)."""
 SITL_LINK_RATE = 315_000
 """The simulated link's rate for SITL pace: 70 % of it (the logger's share) is about 220 KB/s."""
 PACES = {"sitl": SITL_LINK_RATE, "usb": USB_LINK_RATE, "2usb": 2 * USB_LINK_RATE}
@@ -253,12 +258,15 @@ def describe(name: str, run: Run, script: Run | None) -> str:
     )
 
 
-async def bench(logs: list[Path], paces: list[str], receivers: list[str]) -> None:
+async def bench(
+    logs: list[Path], paces: list[str], receivers: list[str], *, decode: bool = True
+) -> None:
     with tempfile.TemporaryDirectory() as tmp, mosquitto(Path(tmp)) as (broker, _pid):
         for log in logs:
+            megabytes = log.stat().st_size / 1e6
             for pace in paces:
-                print(f"{log.name} at {pace} pace ({log.stat().st_size / 1e6:.1f} MB):", flush=True)
-                if pace == paces[0]:
+                print(f"{log.name} at {pace} pace ({megabytes:.1f} MB):", flush=True)
+                if decode and pace == paces[0]:
                     decode_path(log)
                 script: Run | None = None
                 for number, receiver in enumerate(receivers):
@@ -266,6 +274,7 @@ async def bench(logs: list[Path], paces: list[str], receivers: list[str]) -> Non
                     work.mkdir()
                     run = await run_one(log, receiver, PACES[pace], broker, work)
                     print(describe(receiver, run, script), flush=True)
+                    print(f"  {'':<24} {run.cpu_s / megabytes:.4f} CPU s per MB", flush=True)
                     if receiver == "script":
                         script = run
 
@@ -277,6 +286,12 @@ def main() -> None:
     )
     parser.add_argument("--paces", nargs="+", choices=sorted(PACES), default=["sitl", "usb"])
     parser.add_argument("--rate0", action="store_true", help="also run record --mqtt-rate 0")
+    parser.add_argument(
+        "--long-minutes",
+        type=float,
+        help="the long-flight figure: the first log's data repeated (shifted timestamps) to last "
+        "this long at the first pace; CPU per MB",
+    )
     parser.add_argument(
         "--receivers",
         nargs="+",
@@ -298,7 +313,15 @@ def main() -> None:
         os.uname().machine,
     )
     compile_package()
-    asyncio.run(bench(logs, args.paces, receivers))
+    if args.long_minutes is None:
+        asyncio.run(bench(logs, args.paces, receivers))
+        return
+    pace = args.paces[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        long_log = Path(tmp) / f"{logs[0].stem}-{args.long_minutes:g}min.ulg"
+        log_rate = LOG_SHARE * PACES[pace]  # bytes of log per second the link carries
+        build_large(logs[0], long_log, int(args.long_minutes * 60 * log_rate))
+        asyncio.run(bench([long_log], [pace], receivers, decode=False))
 
 
 if __name__ == "__main__":
