@@ -495,10 +495,9 @@ class MqttSink:
         for a message not written at once, makes an event and a task to wait for paho's
         ``on_publish``: two or three loop iterations per message. QoS 0 needs no confirmation,
         so paho gets them directly and writes them when the socket takes them. A burst starts
-        only when paho has nothing left to write, so a slow
-        broker backs up into the bounded outbox (drop-oldest), never into paho's queue. QoS 1
-        and 2, and retained messages sent again after a reconnection (paced), go through
-        ``publish`` (they end the burst).
+        only when paho has nothing left to write, so a slow broker backs up into the bounded
+        outbox (drop-oldest), never into paho's queue. QoS 1 and 2, and retained messages sent
+        again after a reconnection (paced), go through ``publish`` (they end the burst).
 
         Returns:
             How many messages paho took.

@@ -69,7 +69,7 @@ from ulogstream.ulog.parser import RowSelection
 from ulogstream.ulog.spec import log_level_name
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
 
 DEFAULT_ROOT = "ulogstream"
@@ -246,8 +246,9 @@ class PublishPolicy:
         self._info_multiple: dict[str, list[JsonValue]] = {}
         self._params: dict[str, int | float] = {}
         self._params_dirty = False
-        self._params_pending: dict[str, int | float] = {}
-        """Parameters of the definitions whose ``param/NAME`` is still to go (:meth:`flush_due`)."""
+        self._params_pending: dict[str, None] = {}
+        """Names of the definitions' parameters whose ``param/NAME`` is still to go, in order
+        (:meth:`flush_due`)."""
         self._param_texts: dict[str, tuple[str, str]] = {}
         """Each parameter's value as JSON and its ``"name":value`` entry, made once."""
         self._info_dirty = False
@@ -360,7 +361,7 @@ class PublishPolicy:
                 if self._definitions_done:
                     self._params_dirty = True
                     self._params_pending.pop(name, None)  # its new value goes now
-                    return self._param_messages({name: value})
+                    return self._param_messages([name])
             case Info(key, _, value, _):
                 self._info[key] = _info_json(value)
                 self._info_dirty = self._definitions_done  # published once, coalesced
@@ -377,7 +378,7 @@ class PublishPolicy:
                 # subscriptions go stop-and-wait: they go from flush_due in pieces instead.
                 self._definitions_done = True
                 self._info_sent_at = now
-                self._params_pending = dict(self._params)
+                self._params_pending = dict.fromkeys(self._params)
                 self._params_dirty = True
                 return [self._info_message()]
             case Dropout(duration_ms, _):
@@ -406,11 +407,11 @@ class PublishPolicy:
             out.extend(self._encode(inst, held, len(held.rows) - 1))
         pending = self._params_pending
         if pending:
-            piece = dict(itertools.islice(pending.items(), PARAMS_PER_FLUSH))
-            for name in piece:
+            names = list(itertools.islice(pending, PARAMS_PER_FLUSH))
+            for name in names:
                 del pending[name]
                 self._param_text(name)  # made here, in pieces: the ``params`` object reuses it
-            out.extend(self._param_messages(piece))
+            out.extend(self._param_messages(names))
         if self._params_dirty and not pending:
             self._params_dirty = False
             out.append(self._params_message())
@@ -685,12 +686,12 @@ class PublishPolicy:
             info[key] = list(pieces)
         return self._retained("meta/info", _dumps(info))
 
-    def _param_messages(self, params: Mapping[str, float]) -> list[MqttMessage]:
+    def _param_messages(self, names: Iterable[str]) -> list[MqttMessage]:
         """One retained ``param/NAME`` per parameter whose name can be a topic level."""
         out: list[MqttMessage] = []
         if not self.settings.param_topics:
             return out
-        for name in params:
+        for name in names:
             if not valid_topic_level(name):
                 self._skip_topic()  # still in the ``params`` object: a JSON key may be anything
                 continue

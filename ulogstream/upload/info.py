@@ -17,6 +17,7 @@ from ulogstream.ulog.spec import (
     MAGIC,
     MESSAGE_HEADER_SIZE,
     MessageType,
+    unpack_message_header,
 )
 
 if TYPE_CHECKING:
@@ -91,40 +92,24 @@ def read_sys_uuid(path: Path) -> str | None:
         The value as text, or None when the header has none or cannot be read.
     """
     try:
-        with path.open("rb") as file:
-            head = file.read(_HEADER_CHUNK)
-            if not head.startswith(MAGIC):
+        with path.open("rb") as file:  # buffered: each small read below is a copy, no syscall
+            if not file.read(HEADER_SIZE).startswith(MAGIC):
                 return None
-            position = HEADER_SIZE
-            while True:
-                if position + MESSAGE_HEADER_SIZE > len(head):
-                    more = file.read(_HEADER_CHUNK)
-                    if not more:
-                        return None
-                    head = head[position:] + more
-                    position = 0
-                    continue
-                size = head[position] | head[position + 1] << 8
-                msg_type = head[position + 2]
-                end = position + MESSAGE_HEADER_SIZE + size
+            while len(header := file.read(MESSAGE_HEADER_SIZE)) == MESSAGE_HEADER_SIZE:
+                size, msg_type = unpack_message_header(header, 0)
                 if msg_type in DATA_SECTION_STARTERS:
                     return None
-                if end > len(head):
-                    more = file.read(max(_HEADER_CHUNK, end - len(head)))
-                    if len(more) < end - len(head):
-                        return None
-                    head = head[position:] + more
-                    position = 0
-                    continue
-                if msg_type == MessageType.INFO:
-                    payload = head[position + MESSAGE_HEADER_SIZE : end]
-                    key_end = 1 + payload[0] if payload else 0
+                payload = file.read(size)
+                if len(payload) < size:
+                    return None
+                if msg_type == MessageType.INFO and payload:
+                    key_end = 1 + payload[0]
                     key_type, _, key = payload[1:key_end].decode(errors="replace").partition(" ")
                     if key == "sys_uuid":
                         return _sys_uuid_text(path, key_type, payload[key_end:])
-                position = end
     except OSError:
         return None
+    return None
 
 
 def _sys_uuid_text(path: Path, key_type: str, raw: bytes) -> str | None:
