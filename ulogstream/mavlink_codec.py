@@ -14,8 +14,16 @@ from __future__ import annotations
 import importlib
 import struct
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
+from ulogstream.download.packets import (
+    LOG_DATA_CHUNK,
+    LogData,
+    LogEntry,
+    LogRequestData,
+    LogRequestEnd,
+    LogRequestList,
+)
 from ulogstream.errors import ConfigError
 from ulogstream.mavlink_crc import CRC_EXTRAS
 from ulogstream.stream.packets import (
@@ -45,6 +53,12 @@ MAVLINK_MSG_ID_COMMAND_ACK: Final = 77
 MAVLINK_MSG_ID_LOGGING_DATA: Final = 266
 MAVLINK_MSG_ID_LOGGING_DATA_ACKED: Final = 267
 MAVLINK_MSG_ID_LOGGING_ACK: Final = 268
+
+MAVLINK_MSG_ID_LOG_REQUEST_LIST: Final = 117
+MAVLINK_MSG_ID_LOG_ENTRY: Final = 118
+MAVLINK_MSG_ID_LOG_REQUEST_DATA: Final = 119
+MAVLINK_MSG_ID_LOG_DATA: Final = 120
+MAVLINK_MSG_ID_LOG_REQUEST_END: Final = 122
 
 MAV_TYPE_QUADROTOR: Final = 2
 MAV_AUTOPILOT_PX4: Final = 12
@@ -256,12 +270,25 @@ class MavlinkCodec:
         Returns:
             The messages completed by ``data`` and addressed to us (or broadcast), in order.
         """
+        return cast("list[MavlinkMessage]", self._decode(data, _USED_IDS))
+
+    def decode_with_log_download(self, data: bytes) -> list[MavlinkMessage | LogDownloadMessage]:
+        """:meth:`decode`, also returning the log download messages.
+
+        LOG_ENTRY and LOG_DATA (a downloader's side), and LOG_REQUEST_LIST, _DATA and _END
+        addressed to us (a simulated vehicle's side).
+        """
+        return self._decode(data, _DOWNLOAD_USED_IDS)
+
+    def _decode(
+        self, data: bytes, used_ids: frozenset[int]
+    ) -> list[MavlinkMessage | LogDownloadMessage]:
         if self._pending:
             self._pending += data
             buf: bytes | bytearray = self._pending
         else:
             buf = data
-        out: list[MavlinkMessage] = []
+        out: list[MavlinkMessage | LogDownloadMessage] = []
         end = len(buf)
         pos = 0
         while pos < end:
@@ -309,13 +336,13 @@ class MavlinkCodec:
                 continue
             self._in_sync = True
             if msg_id in _LOGGING_DATA_IDS and not flags and self._fast_unsigned:
-                message: MavlinkMessage | None = self._logging_packet(
+                message: MavlinkMessage | LogDownloadMessage | None = self._logging_packet(
                     bytes(buf[pos + HEADER_LEN_V2 : crc_end]),
                     needs_ack=msg_id == MAVLINK_MSG_ID_LOGGING_DATA_ACKED,
                     system_id=buf[pos + 5],
                     component_id=buf[pos + 6],
                 )
-            elif msg_id not in _USED_IDS:
+            elif msg_id not in used_ids:
                 # Telemetry on the same link (an onboard link carries ~400 frames/s besides the
                 # log): checked for sync by its CRC, never unpacked.
                 self.ignored_frames += 1
@@ -447,8 +474,10 @@ class MavlinkCodec:
 
     def _message(
         self, msg_id: int, payload: bytes, system_id: int, component_id: int
-    ) -> MavlinkMessage | None:
-        """Unpack the payload of a checked frame of one of :data:`_USED_IDS`."""
+    ) -> MavlinkMessage | LogDownloadMessage | None:
+        """Unpack the payload of a checked frame of one of :data:`_DOWNLOAD_USED_IDS`."""
+        if msg_id in _DOWNLOAD_IDS:
+            return self._download_message(msg_id, payload, system_id)
         if msg_id in _LOGGING_DATA_IDS:
             return self._logging_packet(
                 payload,
@@ -508,6 +537,94 @@ class MavlinkCodec:
             target_system=target_system,
             target_component=target_component,
         )
+
+    def _download_message(
+        self, msg_id: int, payload: bytes, system_id: int
+    ) -> LogDownloadMessage | None:
+        layout = _LAYOUTS[msg_id]
+        if len(payload) < layout.size:
+            payload += bytes(layout.size - len(payload))  # MAVLink 2 cut trailing zeros
+        if msg_id == MAVLINK_MSG_ID_LOG_DATA:
+            ofs, log_id, count, data = layout.unpack_from(payload)
+            if count > LOG_DATA_CHUNK:
+                self.bad_frames += 1
+                return None
+            return LogData(id=log_id, ofs=ofs, data=data[:count], system_id=system_id)
+        if msg_id == MAVLINK_MSG_ID_LOG_ENTRY:
+            time_utc, size, log_id, num_logs, last_log_num = layout.unpack_from(payload)
+            return LogEntry(
+                id=log_id,
+                num_logs=num_logs,
+                last_log_num=last_log_num,
+                time_utc=time_utc,
+                size=size,
+                system_id=system_id,
+            )
+        # The requests (a simulated vehicle's side): addressed by their last two fields.
+        *fields, target_system, target_component = layout.unpack_from(payload)
+        if not self._addressed_to_us(target_system, target_component):
+            return None
+        if msg_id == MAVLINK_MSG_ID_LOG_REQUEST_DATA:
+            ofs, count, log_id = fields
+            return LogRequestData(id=log_id, ofs=ofs, count=count)
+        if msg_id == MAVLINK_MSG_ID_LOG_REQUEST_LIST:
+            start, end = fields
+            return LogRequestList(start=start, end=end)
+        return LogRequestEnd()
+
+    def encode_log_request(
+        self,
+        request: LogRequestList | LogRequestData | LogRequestEnd,
+        target_system: int,
+        target_component: int,
+    ) -> bytes:
+        """LOG_REQUEST_LIST, LOG_REQUEST_DATA or LOG_REQUEST_END, to the vehicle."""
+        mav = self._mav
+        match request:
+            case LogRequestList(start, end):
+                if mav is not None:
+                    return self._signed_frame(
+                        mav.log_request_list_encode(target_system, target_component, start, end)
+                    )
+                msg_id = MAVLINK_MSG_ID_LOG_REQUEST_LIST
+                fields: tuple[int, ...] = (start, end)
+            case LogRequestData(log_id, ofs, count):
+                if mav is not None:
+                    return self._signed_frame(
+                        mav.log_request_data_encode(
+                            target_system, target_component, log_id, ofs, count
+                        )
+                    )
+                msg_id = MAVLINK_MSG_ID_LOG_REQUEST_DATA
+                fields = (ofs, count, log_id)
+            case _:
+                if mav is not None:
+                    return self._signed_frame(
+                        mav.log_request_end_encode(target_system, target_component)
+                    )
+                msg_id = MAVLINK_MSG_ID_LOG_REQUEST_END
+                fields = ()
+        return self._frame(msg_id, _LAYOUTS[msg_id].pack(*fields, target_system, target_component))
+
+    def encode_log_entry(self, entry: LogEntry) -> bytes:
+        """LOG_ENTRY (a simulated vehicle's answer to LOG_REQUEST_LIST)."""
+        payload = _LAYOUTS[MAVLINK_MSG_ID_LOG_ENTRY].pack(
+            entry.time_utc, entry.size, entry.id, entry.num_logs, entry.last_log_num
+        )
+        return self._frame(MAVLINK_MSG_ID_LOG_ENTRY, payload)
+
+    def encode_log_data(self, data: LogData) -> bytes:
+        """LOG_DATA (a simulated vehicle's answer to LOG_REQUEST_DATA).
+
+        Raises:
+            ValueError: ``data.data`` is longer than 90 bytes.
+        """
+        count = len(data.data)
+        if count > LOG_DATA_CHUNK:
+            msg = f"LOG_DATA carries at most {LOG_DATA_CHUNK} bytes, not {count}"
+            raise ValueError(msg)
+        payload = _LAYOUTS[MAVLINK_MSG_ID_LOG_DATA].pack(data.ofs, data.id, count, data.data)
+        return self._frame(MAVLINK_MSG_ID_LOG_DATA, payload)
 
     def _frame(self, msg_id: int, payload: bytes) -> bytes:
         """An unsigned MAVLink 2 frame of ``payload`` from us, as pymavlink packs it."""
@@ -680,17 +797,40 @@ _USED_IDS: Final = frozenset(
 )
 """The messages :meth:`MavlinkCodec.decode` returns; frames of any other id are counted only."""
 
+_DOWNLOAD_IDS: Final = frozenset(
+    {
+        MAVLINK_MSG_ID_LOG_REQUEST_LIST,
+        MAVLINK_MSG_ID_LOG_ENTRY,
+        MAVLINK_MSG_ID_LOG_REQUEST_DATA,
+        MAVLINK_MSG_ID_LOG_DATA,
+        MAVLINK_MSG_ID_LOG_REQUEST_END,
+    }
+)
+_DOWNLOAD_USED_IDS: Final = _USED_IDS | _DOWNLOAD_IDS
+"""The messages :meth:`MavlinkCodec.decode_with_log_download` returns."""
+
+LogDownloadMessage = LogEntry | LogData | LogRequestList | LogRequestData | LogRequestEnd
+"""The log download messages as the codec returns them."""
+
 _LAYOUTS: Final[dict[int, struct.Struct]] = {
     MAVLINK_MSG_ID_HEARTBEAT: struct.Struct("<IBBBBB"),
     MAVLINK_MSG_ID_COMMAND_LONG: struct.Struct("<7fHBBB"),
     MAVLINK_MSG_ID_COMMAND_ACK: struct.Struct("<HBBiBB"),
     MAVLINK_MSG_ID_LOGGING_ACK: struct.Struct("<HBB"),
+    MAVLINK_MSG_ID_LOG_REQUEST_LIST: struct.Struct("<HHBB"),
+    MAVLINK_MSG_ID_LOG_ENTRY: struct.Struct("<IIHHH"),
+    MAVLINK_MSG_ID_LOG_REQUEST_DATA: struct.Struct("<IIHBB"),
+    MAVLINK_MSG_ID_LOG_DATA: struct.Struct(f"<IHB{LOG_DATA_CHUNK}s"),
+    MAVLINK_MSG_ID_LOG_REQUEST_END: struct.Struct("<BB"),
 }
 """Wire layouts (fields largest first, extensions last) of the messages we pack and unpack but
 LOGGING_DATA: HEARTBEAT (custom_mode, type, autopilot, base_mode, system_status,
 mavlink_version), COMMAND_LONG (param1-7, command, target_system, target_component,
 confirmation), COMMAND_ACK (command, result, then the extensions progress, result_param2,
-target_system, target_component) and LOGGING_ACK (sequence, target_system, target_component)."""
+target_system, target_component), LOGGING_ACK (sequence, target_system, target_component), and
+the log download's LOG_REQUEST_LIST (start, end, targets), LOG_ENTRY (time_utc, size, id,
+num_logs, last_log_num), LOG_REQUEST_DATA (ofs, count, id, targets), LOG_DATA (ofs, id, count,
+data) and LOG_REQUEST_END (targets)."""
 
 MAVLINK_VERSION: Final = 3
 """HEARTBEAT's ``mavlink_version`` field: the dialect's version, as pymavlink sends it."""
@@ -713,6 +853,11 @@ __all__ = [
     "MAVLINK_MSG_ID_LOGGING_ACK",
     "MAVLINK_MSG_ID_LOGGING_DATA",
     "MAVLINK_MSG_ID_LOGGING_DATA_ACKED",
+    "MAVLINK_MSG_ID_LOG_DATA",
+    "MAVLINK_MSG_ID_LOG_ENTRY",
+    "MAVLINK_MSG_ID_LOG_REQUEST_DATA",
+    "MAVLINK_MSG_ID_LOG_REQUEST_END",
+    "MAVLINK_MSG_ID_LOG_REQUEST_LIST",
     "MAV_AUTOPILOT_INVALID",
     "MAV_AUTOPILOT_PX4",
     "MAV_COMP_ID_AUTOPILOT1",
@@ -720,6 +865,7 @@ __all__ = [
     "MAV_TYPE_QUADROTOR",
     "MAX_FRAME_LEN",
     "SIGNING_KEY_LENGTH",
+    "LogDownloadMessage",
     "MavlinkCodec",
     "fast_crc_active",
     "parse_signing_key",

@@ -1,0 +1,109 @@
+"""The log download messages on the wire: byte for byte as pymavlink packs and reads them."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from pymavlink.dialects.v20 import common as mavlink2
+
+from ulogstream.download.packets import (
+    LogData,
+    LogEntry,
+    LogRequestData,
+    LogRequestEnd,
+    LogRequestList,
+)
+from ulogstream.mavlink_codec import MavlinkCodec
+
+
+def _frame(mav: mavlink2.MAVLink, message: mavlink2.MAVLink_message) -> bytes:
+    frame: bytes = message.pack(mav)
+    mav.seq = (mav.seq + 1) % 256
+    return frame
+
+
+@given(
+    target=st.tuples(st.integers(0, 255), st.integers(0, 255)),
+    log_id=st.integers(0, 0xFFFF),
+    ofs=st.integers(0, 0xFFFFFFFF),
+    count=st.integers(0, 0xFFFFFFFF),
+)
+def test_requests_are_pymavlinks_byte_for_byte(
+    target: tuple[int, int], log_id: int, ofs: int, count: int
+) -> None:
+    ours = MavlinkCodec(system_id=42, component_id=155)
+    theirs = mavlink2.MAVLink(None, srcSystem=42, srcComponent=155)
+    system, component = target
+    pairs: list[
+        tuple[LogRequestList | LogRequestData | LogRequestEnd, mavlink2.MAVLink_message]
+    ] = [
+        (
+            LogRequestList(log_id, count & 0xFFFF),
+            theirs.log_request_list_encode(system, component, log_id, count & 0xFFFF),
+        ),
+        (
+            LogRequestData(log_id, ofs, count),
+            theirs.log_request_data_encode(system, component, log_id, ofs, count),
+        ),
+        (LogRequestEnd(), theirs.log_request_end_encode(system, component)),
+    ]
+    for request, message in pairs:
+        assert ours.encode_log_request(request, system, component) == _frame(theirs, message)
+
+
+@given(
+    log_id=st.integers(0, 0xFFFF),
+    ofs=st.integers(0, 0xFFFFFFFF),
+    data=st.binary(max_size=90),
+    time_utc=st.integers(0, 0xFFFFFFFF),
+)
+def test_answers_are_pymavlinks_and_decode_as_pymavlink_reads_them(
+    log_id: int, ofs: int, data: bytes, time_utc: int
+) -> None:
+    vehicle = MavlinkCodec(system_id=7, component_id=1)
+    theirs = mavlink2.MAVLink(None, srcSystem=7, srcComponent=1)
+    entry = LogEntry(log_id, 3, 2, time_utc, ofs, system_id=7)
+    chunk = LogData(log_id, ofs, data, system_id=7)
+    entry_frame = vehicle.encode_log_entry(entry)
+    data_frame = vehicle.encode_log_data(chunk)
+    padded = list(data) + [0] * (90 - len(data))
+    assert entry_frame == _frame(theirs, theirs.log_entry_encode(log_id, 3, 2, time_utc, ofs))
+    assert data_frame == _frame(theirs, theirs.log_data_encode(log_id, ofs, len(data), padded))
+    downloader = MavlinkCodec(system_id=255, component_id=155)
+    assert downloader.decode_with_log_download(entry_frame + data_frame) == [entry, chunk]
+
+
+def test_the_recorders_decode_counts_log_download_frames_as_ignored() -> None:
+    vehicle = MavlinkCodec(system_id=1, component_id=1)
+    frames = vehicle.encode_log_entry(LogEntry(0, 1, 0, 5, 9)) + vehicle.encode_log_data(
+        LogData(0, 0, b"ULog")
+    )
+    recorder = MavlinkCodec(system_id=255, component_id=155)
+    assert recorder.decode(frames) == []
+    assert recorder.ignored_frames == 2
+
+
+def test_requests_for_another_component_are_not_returned() -> None:
+    downloader = MavlinkCodec(system_id=255, component_id=155)
+    frames = downloader.encode_log_request(LogRequestList(), 1, 1) + downloader.encode_log_request(
+        LogRequestData(2, 90, 180), 1, 2
+    )
+    vehicle = MavlinkCodec(system_id=1, component_id=1)
+    assert vehicle.decode_with_log_download(frames) == [LogRequestList()]
+    assert vehicle.foreign_frames == 1
+
+
+def test_a_log_data_count_past_90_is_a_bad_frame() -> None:
+    theirs = mavlink2.MAVLink(None, srcSystem=1, srcComponent=1)
+    frame = _frame(theirs, theirs.log_data_encode(0, 0, 91, [1] * 90))
+    downloader = MavlinkCodec(system_id=255, component_id=155)
+    assert downloader.decode_with_log_download(frame) == []
+    assert downloader.bad_frames == 1
+
+
+def test_signed_requests_are_accepted_by_a_peer_with_the_key() -> None:
+    key = bytes(range(32))
+    downloader = MavlinkCodec(system_id=255, component_id=155, signing_key=key)
+    vehicle = MavlinkCodec(system_id=1, component_id=1, signing_key=key)
+    frame = downloader.encode_log_request(LogRequestData(3, 900, 90), 1, 1)
+    assert vehicle.decode_with_log_download(frame) == [LogRequestData(3, 900, 90)]

@@ -1,0 +1,71 @@
+"""The log download messages as plain values: what the codec hands the cores, and back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+LOG_DATA_CHUNK: Final = 90
+"""Bytes in one LOG_DATA message's ``data`` (a full one; the log's last may be shorter)."""
+
+LAST_LOG_ID: Final = 0xFFFF
+"""LOG_REQUEST_LIST ``end`` meaning "to the last log" (the field is uint16)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """LOG_ENTRY: one log on the vehicle's storage, in answer to LOG_REQUEST_LIST.
+
+    Attributes:
+        id: The log's id for LOG_REQUEST_DATA (PX4 counts from 0, ArduPilot from 1; ids change
+            when logs are deleted, so a log is known again by ``time_utc`` and ``size``).
+        num_logs: How many logs the vehicle has (0: none; the entry itself is then empty).
+        last_log_num: The highest id of the listing (PX4 fills it loosely: not relied on).
+        time_utc: The file's time, UTC seconds (PX4: its last write; 0 when the vehicle had no
+            clock).
+        size: The log's size in bytes.
+        system_id: The vehicle that sent it.
+    """
+
+    id: int
+    num_logs: int
+    last_log_num: int
+    time_utc: int
+    size: int
+    system_id: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogData:
+    """LOG_DATA: ``data`` at byte ``ofs`` of log ``id`` (up to 90 bytes; 0 past its end)."""
+
+    id: int
+    ofs: int
+    data: bytes
+    system_id: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogRequestList:
+    """Ask for the LOG_ENTRYs of ids ``start`` to ``end`` (LAST_LOG_ID: all)."""
+
+    start: int = 0
+    end: int = LAST_LOG_ID
+
+
+@dataclass(frozen=True, slots=True)
+class LogRequestData:
+    """Ask for ``count`` bytes of log ``id`` from byte ``ofs``.
+
+    The vehicle answers with LOG_DATA messages in order; a later request replaces this one (PX4
+    and ArduPilot serve one at a time).
+    """
+
+    id: int
+    ofs: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogRequestEnd:
+    """End the download: the vehicle stops sending and closes the file (ArduPilot logs again)."""
