@@ -72,6 +72,7 @@ SUBCOMMANDS: list[Subcommand] = [
     Subcommand("export", "convert a ULog file to CSV, a ROS bag or MCAP", "files"),
     Subcommand("record", "record the logs streamed on a MAVLink link", "live"),
     Subcommand("run", "run the daemon from a configuration file", "live"),
+    Subcommand("download", "list or download the vehicle's own logs over MAVLink", "download"),
     Subcommand("sim", "a simulated PX4 that streams a ULog file", "live"),
     Subcommand("replay", "publish a recorded log to MQTT as if live", "live"),
     Subcommand("demo", "stream, record and decode a simulated flight", "live"),

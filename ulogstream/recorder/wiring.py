@@ -169,6 +169,37 @@ def recorder_parts(settings: Settings, *, once: bool = False) -> RecorderParts:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class LinkParts:
+    """What a command that talks to the vehicle without recording needs (``download``).
+
+    Attributes:
+        connection: The link to open.
+        codec: Our side's MAVLink codec (our ids, the signing key).
+    """
+
+    connection: ConnectionSpec
+    codec: MavlinkCodec
+
+
+def link_parts(settings: Settings) -> LinkParts:
+    """The link and codec ``settings.link`` configures.
+
+    Raises:
+        ConfigError: The connection string is invalid or the signing key cannot be read.
+    """
+    link = settings.link
+    key_file = link.signing_key_file
+    return LinkParts(
+        connection=parse_connection(link.connection, default_baud=link.baud),
+        codec=MavlinkCodec(
+            system_id=link.sysid,
+            component_id=link.compid,
+            signing_key=None if key_file is None else load_signing_key(key_file),
+        ),
+    )
+
+
 def publish_policy(mqtt: MqttSettings, vehicle_id: str) -> PublishPolicy:
     """The publish policy of the ``[mqtt]`` section for the vehicle ``vehicle_id``."""
     from ulogstream.live.policy import PublishPolicy  # noqa: PLC0415 (numpy: MQTT only)

@@ -28,9 +28,17 @@ from typing import IO, TYPE_CHECKING
 from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.transport import ReadableWaiter
 from ulogstream.config.values import parse_connection
+from ulogstream.download.packets import (
+    LogData,
+    LogEntry,
+    LogRequestData,
+    LogRequestEnd,
+    LogRequestList,
+)
 from ulogstream.errors import ConfigError, LinkError
 from ulogstream.mavlink_codec import MAV_AUTOPILOT_PX4, MAV_TYPE_QUADROTOR, MavlinkCodec
 from ulogstream.sim.faults import NO_FAULTS, DelayLine, FaultConfig, corrupt_frame
+from ulogstream.sim.sd_card import DEFAULT_BYTES_PER_S, SdCard, SdLog
 from ulogstream.sim.vehicle import (
     RADIO_LINK_RATE,
     UDP_LINK_RATE,
@@ -55,6 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ulogstream.adapters.transport import Transport
+    from ulogstream.sim.sd_card import SdCardOutput
     from ulogstream.stream.packets import MavlinkMessage
 
 logger = logging.getLogger(__name__)
@@ -361,6 +370,7 @@ class _Shell:
             self.outbound = DelayLine(faults, direction=0)
             self.inbound = DelayLine(faults, direction=1, limit_rate=False)
         self._replugs: set[asyncio.Task[None]] = set()
+        self.sd_card: SdCard | None = None
 
     @property
     def wire_drops(self) -> int:
@@ -413,6 +423,15 @@ class _Shell:
                         self.logs_stopped += 1
                 case LinkCut(seconds):
                     self._cut(seconds, now)
+
+    def serve_sd_card(self, outputs: list[SdCardOutput], now: float) -> None:
+        """Send the SD card's LOG_ENTRY and LOG_DATA answers."""
+        codec = self.codec
+        for output in outputs:
+            if isinstance(output, LogData):
+                self._send(codec.encode_log_data(output), None, now)
+            else:
+                self._send(codec.encode_log_entry(output), None, now)
 
     def _send(self, frame: bytes, output: SendLoggingData | None, now: float) -> None:
         """Put ``frame`` on the wire (its delivery is recorded when it leaves the wire)."""
@@ -489,6 +508,7 @@ async def run_vehicle(
     keep_deliveries: bool = True,
     stop_event: asyncio.Event | None = None,
     on_log_delivered: Callable[[int], None] | None = None,
+    sd_card: SdCard | None = None,
 ) -> SimSummary:
     """Serve a simulated PX4 that streams ``log`` on ``connection`` until told to stop.
 
@@ -509,6 +529,7 @@ async def run_vehicle(
         stop_event: Set it to end the run.
         on_log_delivered: Called once per log (with its index) when everything up to the
             post-flight tail is sent and acked, so a receiver knows when to STOP.
+        sd_card: The vehicle's SD card: its logs are served to LOG_REQUEST_LIST / _DATA / _END.
 
     Raises:
         ConfigError: The connection string is not valid.
@@ -537,6 +558,7 @@ async def run_vehicle(
             shell = _Shell(
                 vehicle, transport, codec, report, keep_deliveries=keep_deliveries, faults=faults
             )
+            shell.sd_card = sd_card
             try:
                 await _serve(shell, stop_event, repeat=repeat, on_log_delivered=on_log_delivered)
             finally:
@@ -606,6 +628,8 @@ async def _serve(
     receive_task: asyncio.Future[bytes] | None = None
     inbound = shell.inbound
     outbound = shell.outbound
+    sd_card = shell.sd_card
+    decode = codec.decode if sd_card is None else codec.decode_with_log_download
     try:
         while not stop.is_set():
             if receive_task is None:
@@ -614,6 +638,7 @@ async def _serve(
                 vehicle.next_deadline(),
                 None if outbound is None else outbound.next_due(),
                 None if inbound is None else inbound.next_due(),
+                None if sd_card is None else sd_card.next_deadline(),
             )
             timeout = None if deadline is None else max(0.0, deadline - clock())
             done, _ = await asyncio.wait(
@@ -626,7 +651,13 @@ async def _serve(
                 if not data:
                     logger.info("sim: link %s closed", transport.describe())
                     return
-                for message in codec.decode(data):
+                for message in decode(data):
+                    if isinstance(message, LogRequestList | LogRequestData | LogRequestEnd):
+                        if sd_card is not None:
+                            sd_card.receive(message, now)
+                        continue
+                    if isinstance(message, LogEntry | LogData):
+                        continue  # another vehicle's answers
                     if inbound is None:
                         shell.execute(vehicle.receive(message, now), now)
                     else:
@@ -637,6 +668,8 @@ async def _serve(
             deadline = vehicle.next_deadline()
             if deadline is not None and now >= deadline:
                 shell.execute(vehicle.handle_timer(now), now)
+            if sd_card is not None:
+                shell.serve_sd_card(sd_card.handle_timer(now), now)
             shell.arrivals(now)
             if on_log_delivered is not None and vehicle.waiting_for_stop:
                 log_index = vehicle.log_index
@@ -682,6 +715,8 @@ class SimOptions:
         accept_stop_at_once: Answer STOP with IN_PROGRESS and ACCEPTED before the end of the log.
         stop_at_end: End each log at the end of the flight as a GCS's STOP on disarm does
             (every byte sent); False holds the end until the receiver's STOP.
+        sd_card: The vehicle's SD card holds the log too, served to log downloads, and the
+            vehicle serves until stopped.
     """
 
     log: Path
@@ -698,6 +733,7 @@ class SimOptions:
     synthesize_perf: bool = False
     accept_stop_at_once: bool = False
     stop_at_end: bool = True
+    sd_card: bool = False
 
     def vehicle_config(self) -> VehicleConfig:
         """The :class:`VehicleConfig` these options describe."""
@@ -716,6 +752,14 @@ class SimOptions:
 
 async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = None) -> SimSummary:
     """Run ``ulogstream sim`` with ``options`` (see :func:`run_vehicle` for what may be raised)."""
+    sd_card = None
+    if options.sd_card:
+        sd_card = SdCard(
+            system_id=options.system_id,
+            bytes_per_s=options.link_rate or DEFAULT_BYTES_PER_S,
+        )
+        data = await asyncio.to_thread(options.log.read_bytes)
+        sd_card.add(SdLog(data, int(time.time())))
     return await run_vehicle(
         options.log,
         options.connection,
@@ -725,6 +769,7 @@ async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = Non
         repeat=options.repeat,
         keep_deliveries=False,
         stop_event=stop_event,
+        sd_card=sd_card,
     )
 
 
@@ -846,6 +891,12 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     link.add_argument("--sysid", type=int, default=1, help="vehicle system id (default 1)")
     link.add_argument("--repeat", action="store_true", help="serve the log again after each STOP")
     link.add_argument(
+        "--sd-card",
+        action="store_true",
+        help="the vehicle's SD card holds the log too: serve it to log downloads (LOG_REQUEST_*)"
+        " until stopped",
+    )
+    link.add_argument(
         "--backend-off", action="store_true", help="answer every START TEMPORARILY_REJECTED"
     )
     link.add_argument(
@@ -956,4 +1007,5 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
         synthesize_perf=bool(args.perf_tail),
         accept_stop_at_once=bool(args.accept_stop_at_once),
         stop_at_end=not bool(args.hold_end),
+        sd_card=bool(args.sd_card),
     )

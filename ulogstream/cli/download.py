@@ -1,0 +1,181 @@
+"""The ``download`` command: the vehicle's own logs over MAVLink, listed or fetched."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ulogstream.adapters.connection import open_transport
+from ulogstream.cli.live import run_quietly
+from ulogstream.cli.terminal import CliError, fit_line, plural, terminal_width
+from ulogstream.config.loader import load_settings
+from ulogstream.recorder.download import LogDownloader, log_path
+from ulogstream.recorder.wiring import link_parts
+
+if TYPE_CHECKING:
+    import argparse
+    from typing import TextIO
+
+    from ulogstream.download.packets import LogEntry
+    from ulogstream.recorder.download import DownloadedLog, Progress
+
+
+def configure_download(parser: argparse.ArgumentParser) -> None:
+    """``ulogstream download CONNECTION [--list | --latest | --id N | --all] --out DIR``."""
+    parser.add_argument("connection", help="the vehicle's link, e.g. udpin:0.0.0.0:14540")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--list", action="store_true", help="list the vehicle's logs")
+    which.add_argument(
+        "--latest", action="store_true", help="download the newest log (the default)"
+    )
+    which.add_argument(
+        "--id", type=int, action="append", dest="ids", metavar="N", help="download log N"
+    )
+    which.add_argument("--all", action="store_true", help="download every log")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("downloads"),
+        help="directory for the logs, as DIR/YYYY-MM-DD/HH_MM_SS.ulg (default ./downloads)",
+    )
+    parser.add_argument("--config", type=Path, help="TOML settings file for the [link] section")
+    parser.add_argument("--sysid", type=int, help="our MAVLink system id (default 254)")
+    parser.add_argument("--compid", type=int, help="our MAVLink component id (default 155)")
+    parser.add_argument("--baud", type=int, help="serial baud rate (default 921600)")
+    parser.add_argument("--signing-key-file", type=Path, help="MAVLink 2 signing key file")
+
+
+def run_download(args: argparse.Namespace) -> int:
+    """List or download the vehicle's logs; a partial download is resumed by the next run."""
+    options = {
+        "link.connection": args.connection,
+        "link.sysid": args.sysid,
+        "link.compid": args.compid,
+        "link.baud": args.baud,
+        "link.signing_key_file": args.signing_key_file,
+    }
+    settings = load_settings(args.config, {k: v for k, v in options.items() if v is not None})
+    parts = link_parts(settings)
+    progress = ProgressBar(sys.stderr)
+
+    async def main() -> int:
+        transport = await open_transport(parts.connection)
+        try:
+            async with LogDownloader(
+                transport=transport, codec=parts.codec, progress=progress
+            ) as downloader:
+                entries = await downloader.list_logs()
+                if args.list:
+                    sys.stdout.write(listing_text(entries))
+                    return 0
+                for entry in chosen(entries, args):
+                    try:
+                        done = await downloader.download(entry, log_path(args.out, entry))
+                    finally:
+                        progress.done()
+                    sys.stdout.write(downloaded_text(done) + "\n")
+                    sys.stdout.flush()
+        finally:
+            await transport.aclose()
+        return 0
+
+    return run_quietly(main())
+
+
+def chosen(entries: tuple[LogEntry, ...], args: argparse.Namespace) -> list[LogEntry]:
+    """The entries ``--latest``, ``--id`` or ``--all`` name.
+
+    Raises:
+        CliError: The vehicle has no logs, or no log has an id asked for.
+    """
+    if not entries:
+        msg = "the vehicle has no logs"
+        raise CliError(msg)
+    if args.all:
+        return list(entries)
+    if args.ids:
+        by_id = {entry.id: entry for entry in entries}
+        unknown = [str(n) for n in args.ids if n not in by_id]
+        if unknown:
+            ids = ", ".join(str(entry.id) for entry in entries)
+            msg = f"the vehicle has no log {', '.join(unknown)} (its logs: {ids}; see --list)"
+            raise CliError(msg)
+        return [by_id[n] for n in args.ids]
+    # The newest by the vehicle's clock; PX4 lists in directory order, not by time.
+    return [max(entries, key=lambda entry: (entry.time_utc, entry.id))]
+
+
+def _when(entry: LogEntry) -> str:
+    if entry.time_utc <= 0:
+        return "(no time)"
+    return datetime.fromtimestamp(entry.time_utc, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def listing_text(entries: tuple[LogEntry, ...]) -> str:
+    """``--list``: one line per log (id, time, size), newest last."""
+    if not entries:
+        return "the vehicle has no logs\n"
+    lines = [f"{'id':>5}  {'time':<23}  {'size':>10}"]
+    lines += [
+        f"{entry.id:>5}  {_when(entry):<23}  {entry.size / 1e6:>7.1f} MB"
+        for entry in sorted(entries, key=lambda entry: (entry.time_utc, entry.id))
+    ]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def downloaded_text(done: DownloadedLog) -> str:
+    """One line per log: where it went, and how fast."""
+    entry = done.entry
+    if not done.seconds:
+        return f"log {entry.id} ({_when(entry)}) is already in {done.path}"
+    fetched = entry.size - done.resumed
+    rate = fetched / done.seconds if done.seconds > 0 else 0.0
+    resumed = f", {done.resumed / 1e6:.1f} MB of it resumed" if done.resumed else ""
+    return (
+        f"log {entry.id} ({_when(entry)}, {entry.size / 1e6:.1f} MB{resumed}) -> {done.path} "
+        f"in {done.seconds:.1f} s ({rate / 1e6:.2f} MB/s, {plural(done.requests, 'request')})"
+    )
+
+
+class ProgressBar:
+    """The download's progress on a terminal: percent, MB, rate and time left (silent elsewhere).
+
+    Args:
+        out: The terminal (stderr).
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._enabled = out.isatty()
+        self._shown = False
+        self._started = time.monotonic()
+
+    def __call__(self, progress: Progress) -> None:
+        """Redraw the line."""
+        if not self._enabled:
+            return
+        entry = progress.entry
+        size = max(entry.size, 1)
+        percent = progress.held * 100 // size
+        width = 20
+        bar = "#" * (progress.held * width // size)
+        left = ""
+        if progress.rate > 0:
+            left = f", {(entry.size - progress.held) / progress.rate:.0f} s left"
+        line = (
+            f"log {entry.id} [{bar:<{width}}] {percent:3d}% {progress.held / 1e6:.1f} of "
+            f"{entry.size / 1e6:.1f} MB at {progress.rate / 1e6:.2f} MB/s{left}"
+        )
+        self._out.write("\r\x1b[K" + fit_line(line, terminal_width(self._out)))
+        self._out.flush()
+        self._shown = True
+
+    def done(self) -> None:
+        """End the line so later output starts on a fresh one."""
+        if self._shown:
+            self._out.write("\n")
+            self._out.flush()
+            self._shown = False

@@ -1,0 +1,361 @@
+"""Downloading the vehicle's own logs over a MAVLink link: the asyncio shell of ``download/``.
+
+One :class:`LogDownloader` owns the link while it runs: it waits for the autopilot's HEARTBEAT,
+lists its logs (:class:`~ulogstream.download.listing.LogListing`) and downloads the chosen ones
+one after another (:class:`~ulogstream.download.transfer.LogTransfer`) into
+:class:`~ulogstream.adapters.download_file.DownloadFile` files, resuming what an earlier run
+left. Datagrams are handled in the transport's reader callback as the recorder does (a download
+runs at up to 100,000 LOG_DATA/s on a loopback link); a timer task asks the cores again when
+they fall silent, checkpoints the file and reports progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final, Self
+
+from ulogstream.adapters.download_file import DownloadFile, LogIdentity, already_downloaded
+from ulogstream.adapters.serial_transport import SerialTransport
+from ulogstream.adapters.udp_transport import UdpTransport
+from ulogstream.download.listing import ListingDone, ListingFailed, LogListing
+from ulogstream.download.packets import LogData, LogEntry, LogRequestEnd
+from ulogstream.download.transfer import (
+    LogTransfer,
+    TransferDone,
+    TransferFailed,
+    WriteLogData,
+)
+from ulogstream.errors import LinkError, UlogstreamError
+from ulogstream.stream.packets import MAV_AUTOPILOT_INVALID, MAV_COMP_ID_AUTOPILOT1, Heartbeat
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+    from ulogstream.adapters.transport import Transport
+    from ulogstream.download.listing import ListingOutput
+    from ulogstream.download.transfer import TransferOutput
+    from ulogstream.mavlink_codec import MavlinkCodec
+
+HEARTBEAT_TIMEOUT_S: Final = 10.0
+"""Wait for the autopilot's first HEARTBEAT (PX4 sends one a second on every link)."""
+
+CHECKPOINT_S: Final = 1.0
+"""Seconds between checkpoints of a download: what a crash can cost to download again."""
+
+PROGRESS_S: Final = 0.25
+"""Seconds between progress reports."""
+
+
+class DownloadError(LinkError):
+    """The vehicle did not answer the listing or stopped sending a log's data."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How one log's download is going (for a progress bar)."""
+
+    entry: LogEntry
+    held: int
+    rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadedLog:
+    """One log downloaded (or found already downloaded).
+
+    Attributes:
+        entry: The vehicle's entry of the log.
+        path: The ``.ulg`` file.
+        seconds: How long the transfer took (0 when it was already there).
+        resumed: Bytes a previous run had already downloaded.
+        received: LOG_DATA bytes received (resent bytes included).
+        requests: LOG_REQUEST_DATA messages sent.
+    """
+
+    entry: LogEntry
+    path: Path
+    seconds: float = 0.0
+    resumed: int = 0
+    received: int = 0
+    requests: int = 0
+
+
+def log_path(out_dir: Path, entry: LogEntry) -> Path:
+    """Where a downloaded log goes: ``out_dir/YYYY-MM-DD/HH_MM_SS.ulg``.
+
+    Named by the vehicle's file time (UTC, as PX4 names its SD logs and ulogstream its
+    recordings); ``out_dir/log_ID.ulg`` when the vehicle had no clock.
+    """
+    if entry.time_utc <= 0:
+        return out_dir / f"log_{entry.id}.ulg"
+    when = datetime.fromtimestamp(entry.time_utc, UTC)
+    return out_dir / when.strftime("%Y-%m-%d") / when.strftime("%H_%M_%S.ulg")
+
+
+def _finish(
+    file: DownloadFile, entry: LogEntry, outputs: list[ListingOutput | TransferOutput]
+) -> Path:
+    """The finished file of a transfer that is done; :class:`DownloadError` for one that failed."""
+    for output in outputs:
+        if isinstance(output, TransferFailed):
+            msg = (
+                f"the vehicle stopped sending log {entry.id} at byte {output.ofs} "
+                f"({output.missing} bytes missing; run the same command again to resume)"
+            )
+            raise DownloadError(msg)
+    return file.finish()
+
+
+class LogDownloader:
+    """Lists and downloads the logs of the autopilot on ``transport``.
+
+    Args:
+        transport: The open link (the downloader reads it while it runs).
+        codec: Our side's codec (system and component id, signing).
+        progress: Called with each log's :class:`Progress` every :data:`PROGRESS_S`.
+        heartbeat_timeout_s: Wait for the autopilot's HEARTBEAT.
+        checkpoint_s: Seconds between checkpoints.
+    """
+
+    def __init__(
+        self,
+        *,
+        transport: Transport,
+        codec: MavlinkCodec,
+        progress: Callable[[Progress], None] | None = None,
+        heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
+        checkpoint_s: float = CHECKPOINT_S,
+    ) -> None:
+        self._transport = transport
+        self._codec = codec
+        self._progress = progress
+        self._heartbeat_timeout_s = heartbeat_timeout_s
+        self._checkpoint_s = checkpoint_s
+        self.target: tuple[int, int] | None = None
+        """The autopilot's system and component id, once its HEARTBEAT came."""
+        self._autopilot: asyncio.Future[None] | None = None
+        self._listing: LogListing | None = None
+        self._transfer: LogTransfer | None = None
+        self._file: DownloadFile | None = None
+        self._done: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._finals: list[ListingOutput | TransferOutput] = []
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Self:
+        """Start reading the link and wait for the autopilot.
+
+        Raises:
+            LinkError: No autopilot HEARTBEAT within the timeout, or the link failed.
+        """
+        self._autopilot = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.create_task(self._read())
+        await asyncio.wait(
+            {self._autopilot, self._reader},
+            timeout=self._heartbeat_timeout_s,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if self._reader.done():
+            self._reader.result()  # raises the link's error
+            msg = f"{self._transport.describe()} was closed"
+            raise LinkError(msg)
+        if not self._autopilot.done():
+            await self._stop_reader()
+            msg = (
+                f"no autopilot HEARTBEAT on {self._transport.describe()} within "
+                f"{self._heartbeat_timeout_s:g} s: is the vehicle connected and sending on it?"
+            )
+            raise LinkError(msg)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        """End the download on the vehicle (LOG_REQUEST_END) and stop reading the link."""
+        self._send(LogRequestEnd())
+        await self._stop_reader()
+
+    async def list_logs(self) -> tuple[LogEntry, ...]:
+        """The vehicle's logs, by id.
+
+        Raises:
+            DownloadError: The vehicle did not answer the listing.
+        """
+        assert self.target is not None  # noqa: S101 (after __aenter__)
+        listing = LogListing(system_id=self.target[0])
+        self._listing = listing
+        try:
+            outputs = await self._run(listing.start, listing.handle_timer, listing.next_deadline)
+        finally:
+            self._listing = None
+        for output in outputs:
+            if isinstance(output, ListingDone):
+                return output.entries
+        failed = next(o for o in outputs if isinstance(o, ListingFailed))
+        msg = (
+            f"the vehicle on {self._transport.describe()} did not answer LOG_REQUEST_LIST "
+            f"({failed.tries} tries): does it serve log downloads on this link?"
+        )
+        raise DownloadError(msg)
+
+    async def download(self, entry: LogEntry, final: Path) -> DownloadedLog:
+        """Download ``entry`` to ``final`` (resuming a partial download there).
+
+        Raises:
+            DownloadError: The vehicle stopped sending (the partial file is kept for a retry).
+            DownloadFileError: The file cannot be written.
+        """
+        assert self.target is not None  # noqa: S101 (after __aenter__)
+        if already_downloaded(final, entry.size):
+            return DownloadedLog(entry, final)
+        file = DownloadFile(final, LogIdentity(self.target[0], entry.time_utc, entry.size))
+        resumed = sum(end - start for start, end in file.held)
+        transfer = LogTransfer(log_id=entry.id, size=entry.size, held=file.held)
+        self._file, self._transfer = file, transfer
+        started = time.monotonic()
+        try:
+            outputs = await self._run(
+                transfer.start, transfer.handle_timer, transfer.next_deadline, entry=entry
+            )
+            path = _finish(file, entry, outputs)
+        except BaseException:
+            with contextlib.suppress(OSError, UlogstreamError):
+                file.checkpoint(list(transfer.held))
+            raise
+        finally:
+            file.close()
+            self._file = self._transfer = None
+        return DownloadedLog(
+            entry,
+            path,
+            seconds=time.monotonic() - started,
+            resumed=resumed,
+            received=transfer.received,
+            requests=transfer.requests,
+        )
+
+    async def _run(
+        self,
+        start: Callable[[float], list[ListingOutput]] | Callable[[float], list[TransferOutput]],
+        handle_timer: Callable[[float], list[ListingOutput]]
+        | Callable[[float], list[TransferOutput]],
+        next_deadline: Callable[[], float | None],
+        *,
+        entry: LogEntry | None = None,
+    ) -> list[ListingOutput | TransferOutput]:
+        """Run one core until it finishes: its timers, checkpoints and progress."""
+        loop = asyncio.get_running_loop()
+        done = self._done = loop.create_future()
+        finals: list[ListingOutput | TransferOutput] = []
+        self._finals = finals
+        self._execute(start(time.monotonic()))
+        checkpoint_at = progress_at = time.monotonic()
+        assert self._reader is not None  # noqa: S101 (after __aenter__)
+        while not done.done():
+            deadline = next_deadline()
+            now = time.monotonic()
+            wake = min(deadline if deadline is not None else now + PROGRESS_S, now + PROGRESS_S)
+            if wake > now:
+                await asyncio.wait(
+                    {done, self._reader}, timeout=wake - now, return_when=asyncio.FIRST_COMPLETED
+                )
+                if self._reader.done() and not done.done():
+                    self._reader.result()
+                    msg = f"{self._transport.describe()} was closed"
+                    raise LinkError(msg)
+                now = time.monotonic()
+            if not done.done():
+                self._execute(handle_timer(now))
+            transfer, file = self._transfer, self._file
+            if transfer is not None and file is not None and entry is not None:
+                if now >= checkpoint_at + self._checkpoint_s:
+                    checkpoint_at = now
+                    file.checkpoint(list(transfer.held))
+                if self._progress is not None and now >= progress_at + PROGRESS_S:
+                    progress_at = now
+                    self._progress(Progress(entry, transfer.held.total, transfer.rate))
+        if self._error is not None:
+            raise self._error
+        if self._progress is not None and self._transfer is not None and entry is not None:
+            self._progress(Progress(entry, self._transfer.held.total, self._transfer.rate))
+        return finals
+
+    def _execute(self, outputs: list[ListingOutput] | list[TransferOutput]) -> None:
+        for output in outputs:
+            match output:
+                case WriteLogData(ofs, data):
+                    assert self._file is not None  # noqa: S101 (a transfer runs)
+                    self._file.write(ofs, data)
+                case TransferDone() | TransferFailed() | ListingDone() | ListingFailed():
+                    self._finals.append(output)
+                    if self._done is not None and not self._done.done():
+                        self._done.set_result(None)
+                case _:
+                    self._send(output)
+
+    def _send(self, request: object) -> None:
+        if self.target is None:
+            return
+        system_id, component_id = self.target
+        self._transport.send(self._codec.encode_log_request(request, system_id, component_id))  # type: ignore[arg-type]
+
+    def _handle(self, data: bytes) -> None:
+        """One chunk from the link: its messages to the running core (in the reader callback)."""
+        now = time.monotonic()
+        for message in self._codec.decode_with_log_download(data):
+            kind = type(message)
+            if kind is LogData:
+                transfer = self._transfer
+                if transfer is not None:
+                    self._guarded(transfer.receive, message, now)  # type: ignore[arg-type]
+            elif kind is LogEntry:
+                listing = self._listing
+                if listing is not None:
+                    self._guarded(listing.receive, message, now)  # type: ignore[arg-type]
+            elif kind is Heartbeat:
+                self._heartbeat(message)  # type: ignore[arg-type]
+
+    def _guarded(
+        self,
+        receive: Callable[[LogData, float], list[TransferOutput]]
+        | Callable[[LogEntry, float], list[ListingOutput]],
+        message: LogData | LogEntry,
+        now: float,
+    ) -> None:
+        try:
+            self._execute(receive(message, now))  # type: ignore[arg-type]
+        except Exception as err:  # noqa: BLE001 (handed to the waiting download)
+            self._error = err
+            if self._done is not None and not self._done.done():
+                self._done.set_result(None)
+
+    def _heartbeat(self, heartbeat: Heartbeat) -> None:
+        if (
+            self.target is None
+            and heartbeat.component_id == MAV_COMP_ID_AUTOPILOT1
+            and heartbeat.autopilot != MAV_AUTOPILOT_INVALID
+        ):
+            self.target = (heartbeat.system_id, heartbeat.component_id)
+            if self._autopilot is not None and not self._autopilot.done():
+                self._autopilot.set_result(None)
+
+    async def _read(self) -> None:
+        transport = self._transport
+        if isinstance(transport, UdpTransport):
+            await transport.pump(self._handle)
+            return
+        wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
+        while data := await transport.receive():
+            self._handle(data)
+            if wake_after is not None:
+                wake_after(self._codec.bytes_wanted())
+
+    async def _stop_reader(self) -> None:
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader

@@ -1,0 +1,131 @@
+"""The simulated vehicle's SD card: its logs, served to LOG_REQUEST_LIST / _DATA / _END, sans-IO.
+
+As PX4's ``mavlink_log_handler``: LOG_REQUEST_LIST answers one LOG_ENTRY per log (ids from 0,
+the file's time and size); LOG_REQUEST_DATA streams the range asked for in 90-byte LOG_DATA
+messages, in order, and replaces the range in progress; a message past the log's end carries 0
+bytes; LOG_REQUEST_END stops it. Sending is paced at ``bytes_per_s`` (PX4 sends as fast as its
+MAVLink instance's buffer drains: about 8 MB/s on SITL's loopback, the link's rate on a radio).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from ulogstream.download.packets import (
+    LOG_DATA_CHUNK,
+    LogData,
+    LogEntry,
+    LogRequestData,
+    LogRequestEnd,
+    LogRequestList,
+)
+
+TICK_S: Final = 0.005
+"""The card sends what its rate allows every tick (PX4's MAVLink loop runs at a few ms)."""
+
+DEFAULT_BYTES_PER_S: Final = 2_000_000
+"""LOG_DATA payload bytes per second when the link sets no rate."""
+
+
+@dataclass(frozen=True, slots=True)
+class SdLog:
+    """One log file on the card: its bytes and its time (UTC seconds)."""
+
+    data: bytes
+    time_utc: int
+
+
+SdCardOutput = LogEntry | LogData
+
+
+class SdCard:
+    """The logs on the simulated vehicle's card, and the one download in progress.
+
+    Args:
+        system_id: The vehicle's system id (put in the outputs for the shell).
+        bytes_per_s: LOG_DATA payload bytes sent per second at most.
+    """
+
+    def __init__(self, *, system_id: int = 1, bytes_per_s: float = DEFAULT_BYTES_PER_S) -> None:
+        self.system_id = system_id
+        self.logs: list[SdLog] = []
+        self._bytes_per_s = bytes_per_s
+        self._entries: list[int] = []  # log indexes still to list
+        self._sending: tuple[int, int, int] | None = None  # (log id, next ofs, end)
+        self._next_tick: float | None = None
+        self._credit = 0.0
+        self.requests = 0
+        """LOG_REQUEST_* messages received."""
+
+    def add(self, log: SdLog) -> int:
+        """Put ``log`` on the card; returns its id."""
+        self.logs.append(log)
+        return len(self.logs) - 1
+
+    def receive(
+        self, request: LogRequestList | LogRequestData | LogRequestEnd, now: float
+    ) -> list[SdCardOutput]:
+        """Take one request; the answers leave from :meth:`handle_timer`."""
+        self.requests += 1
+        match request:
+            case LogRequestList(start, end):
+                last = min(end, len(self.logs) - 1)
+                self._entries = list(range(start, last + 1)) if self.logs else [-1]
+                self._sending = None
+            case LogRequestData(log_id, ofs, count) if 0 <= log_id < len(self.logs):
+                size = len(self.logs[log_id].data)
+                self._sending = (log_id, ofs, min(size, ofs + count))
+                self._entries = []
+            case LogRequestData():
+                return []  # no such log: PX4 ignores it
+            case _:
+                self._entries = []
+                self._sending = None
+        if self._next_tick is None:
+            self._next_tick = now
+            self._credit = LOG_DATA_CHUNK  # the first message leaves at once
+        return []
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`handle_timer` must run next (None: nothing to send)."""
+        return self._next_tick if (self._entries or self._sending) else None
+
+    def handle_timer(self, now: float) -> list[SdCardOutput]:
+        """Send what the rate allows since the last tick."""
+        if self._next_tick is None or now < self._next_tick:
+            return []
+        out: list[SdCardOutput] = []
+        count = len(self.logs)
+        for index in self._entries:
+            if index < 0:
+                out.append(LogEntry(0, 0, 0, 0, 0, system_id=self.system_id))
+            else:
+                log = self.logs[index]
+                out.append(
+                    LogEntry(
+                        index,
+                        count,
+                        count - 1,
+                        log.time_utc,
+                        len(log.data),
+                        system_id=self.system_id,
+                    )
+                )
+        self._entries = []
+        self._credit = min(self._credit + self._bytes_per_s * TICK_S, self._bytes_per_s)
+        if self._sending is not None:
+            log_id, ofs, end = self._sending
+            data = self.logs[log_id].data
+            while self._credit >= LOG_DATA_CHUNK:
+                chunk = data[ofs : min(ofs + LOG_DATA_CHUNK, end)]
+                out.append(LogData(log_id, ofs, chunk, system_id=self.system_id))
+                self._credit -= LOG_DATA_CHUNK
+                ofs += len(chunk)
+                if len(chunk) < LOG_DATA_CHUNK or ofs >= end:
+                    self._sending = None
+                    break
+            else:
+                self._sending = (log_id, ofs, end)
+        self._next_tick = now + TICK_S if (self._entries or self._sending) else None
+        return out
