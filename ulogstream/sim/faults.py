@@ -45,6 +45,7 @@ class Draw(enum.IntEnum):
     GARBAGE_BYTES = 7
     LOST_ACK = 8
     DELAY = 9
+    LOG_DATA_LOSS = 10
 
 
 class FaultRng:

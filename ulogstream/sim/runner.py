@@ -757,6 +757,7 @@ async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = Non
         sd_card = SdCard(
             system_id=options.system_id,
             bytes_per_s=options.link_rate or DEFAULT_BYTES_PER_S,
+            faults=options.faults,
         )
         data = await asyncio.to_thread(options.log.read_bytes)
         sd_card.add(SdLog(data, int(time.time())))
@@ -920,7 +921,9 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         " (default: end the log as a GCS's STOP on disarm does, sending every byte)",
     )
     link.add_argument("--report", type=Path, help="write delivered frames as JSON lines here")
-    faults = parser.add_argument_group("faults (seeded; probabilities per LOGGING_DATA frame)")
+    faults = parser.add_argument_group(
+        "faults (seeded; probabilities per LOGGING_DATA frame; --loss also loses LOG_DATA)"
+    )
     for name, text in (
         ("loss", "lose frames"),
         ("duplicate", "send frames twice"),

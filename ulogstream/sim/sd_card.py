@@ -3,8 +3,9 @@
 As PX4's ``mavlink_log_handler``: LOG_REQUEST_LIST answers one LOG_ENTRY per log (ids from 0,
 the file's time and size); LOG_REQUEST_DATA streams the range asked for in 90-byte LOG_DATA
 messages, in order, and replaces the range in progress; a message past the log's end carries 0
-bytes; LOG_REQUEST_END stops it. Sending is paced at ``bytes_per_s`` (PX4 sends as fast as its
-MAVLink instance's buffer drains: about 8 MB/s on SITL's loopback, the link's rate on a radio).
+bytes; LOG_REQUEST_END stops it. The link loses LOG_DATA as the faults say. Sending is paced at
+``bytes_per_s`` (PX4 sends as fast as its MAVLink instance's buffer drains: about 8 MB/s on
+SITL's loopback, the link's rate on a radio).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ulogstream.download.packets import (
     LogRequestEnd,
     LogRequestList,
 )
+from ulogstream.sim.faults import NO_FAULTS, Draw, FaultConfig, FaultRng
 
 TICK_S: Final = 0.005
 """The card sends what its rate allows every tick (PX4's MAVLink loop runs at a few ms)."""
@@ -45,10 +47,22 @@ class SdCard:
     Args:
         system_id: The vehicle's system id (put in the outputs for the shell).
         bytes_per_s: LOG_DATA payload bytes sent per second at most.
+        faults: Its ``loss`` (and ``seed``) also loses LOG_DATA messages on the link.
     """
 
-    def __init__(self, *, system_id: int = 1, bytes_per_s: float = DEFAULT_BYTES_PER_S) -> None:
+    def __init__(
+        self,
+        *,
+        system_id: int = 1,
+        bytes_per_s: float = DEFAULT_BYTES_PER_S,
+        faults: FaultConfig = NO_FAULTS,
+    ) -> None:
         self.system_id = system_id
+        self._loss = faults.loss
+        self._rng = FaultRng(faults.seed)
+        self._sent = 0
+        self.lost = 0
+        """LOG_DATA messages the link lost (``faults.loss``)."""
         self.logs: list[SdLog] = []
         self._bytes_per_s = bytes_per_s
         self._entries: list[int] = []  # log indexes still to list
@@ -119,7 +133,11 @@ class SdCard:
             data = self.logs[log_id].data
             while self._credit >= LOG_DATA_CHUNK:
                 chunk = data[ofs : min(ofs + LOG_DATA_CHUNK, end)]
-                out.append(LogData(log_id, ofs, chunk, system_id=self.system_id))
+                self._sent += 1
+                if self._rng.chance(self._loss, Draw.LOG_DATA_LOSS, self._sent):
+                    self.lost += 1
+                else:
+                    out.append(LogData(log_id, ofs, chunk, system_id=self.system_id))
                 self._credit -= LOG_DATA_CHUNK
                 ofs += len(chunk)
                 if len(chunk) < LOG_DATA_CHUNK or ofs >= end:

@@ -1,0 +1,147 @@
+"""``ulogstream download`` over real UDP against the simulated vehicle's SD card."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from typing import TYPE_CHECKING
+
+import pytest
+from support.processes import Process, make_flight
+
+from ulogstream.adapters.download_file import DOWNLOAD_SUFFIX, SIDECAR_SUFFIX
+from ulogstream.adapters.udp_transport import UdpTransport
+from ulogstream.cli.demo import free_udp_port
+from ulogstream.errors import LinkError
+from ulogstream.mavlink_codec import MavlinkCodec
+from ulogstream.recorder.download import LogDownloader
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def vehicle(tmp_path: Path, log: Path, port: int, *extra: str) -> Process:
+    """``ulogstream sim LOG --sd-card`` sending to ``port`` (a downloader's udpin)."""
+    return Process(
+        ["sim", str(log), f"udpout:127.0.0.1:{port}", "--sd-card", *extra],
+        tmp_path,
+        name="sim",
+    )
+
+
+def downloads(out: Path) -> list[Path]:
+    return sorted(out.rglob("*.ulg"))
+
+
+@pytest.mark.asyncio
+async def test_latest_is_byte_identical_to_the_sd_card_and_list_names_it(tmp_path: Path) -> None:
+    flight = make_flight(tmp_path, duration_s=20)
+    port = free_udp_port()
+    sim = vehicle(tmp_path, flight.path, port, "--rate", "unlimited")
+    try:
+        listing = Process(["download", f"udpin:127.0.0.1:{port}", "--list"], tmp_path, name="ls")
+        assert await listing.await_exit(limit=30) == 0, listing.stderr()
+        lines = listing.stdout().splitlines()
+        assert lines[0].split() == ["id", "time", "size"]
+        assert lines[1].split()[0] == "0"
+        assert lines[1].endswith(f"{len(flight.data) / 1e6:.1f} MB")
+        out = tmp_path / "out"
+        fetch = Process(["download", f"udpin:127.0.0.1:{port}", "--out", str(out)], tmp_path)
+        assert await fetch.await_exit(limit=60) == 0, fetch.stderr()
+        # Run again: nothing to fetch.
+        again = Process(
+            ["download", f"udpin:127.0.0.1:{port}", "--out", str(out)], tmp_path, name="2"
+        )
+        assert await again.await_exit(limit=30) == 0, again.stderr()
+    finally:
+        sim.kill()
+    assert "is already in" in again.stdout()
+    (path,) = downloads(out)
+    assert path.read_bytes() == flight.data
+    assert str(path) in fetch.stdout()
+    assert not list(out.rglob(f"*{DOWNLOAD_SUFFIX}*"))  # no partial file, no sidecar left
+    # Named as PX4 names its SD logs: the day's folder, then the time.
+    assert path.parent.name.count("-") == 2
+    assert path.stem.count("_") == 2
+
+
+@pytest.mark.asyncio
+async def test_lost_log_data_is_asked_for_again_until_the_file_is_whole(tmp_path: Path) -> None:
+    flight = make_flight(tmp_path, duration_s=10, seed=3)
+    port = free_udp_port()
+    # 10 % of the vehicle's frames lost on the wire, and 40 ms each way.
+    sim = vehicle(
+        tmp_path, flight.path, port, "--rate", "2000000", "--loss", "0.1", "--delay-ms", "40"
+    )
+    out = tmp_path / "out"
+    try:
+        fetch = Process(["download", f"udpin:127.0.0.1:{port}", "--out", str(out)], tmp_path)
+        assert await fetch.await_exit(limit=90) == 0, fetch.stderr()
+    finally:
+        sim.kill()
+    (path,) = downloads(out)
+    assert path.read_bytes() == flight.data
+    requests = int(fetch.stdout().rsplit(", ", 1)[1].split()[0])
+    assert requests > 1
+
+
+@pytest.mark.asyncio
+async def test_an_interrupted_download_resumes_where_it_stopped(tmp_path: Path) -> None:
+    flight = make_flight(tmp_path, duration_s=30, seed=5)
+    port = free_udp_port()
+    sim = vehicle(tmp_path, flight.path, port, "--rate", "300000")  # several seconds
+    out = tmp_path / "out"
+    try:
+        first = Process(["download", f"udpin:127.0.0.1:{port}", "--out", str(out)], tmp_path)
+        for _ in range(200):  # until a checkpoint names some bytes
+            sidecars = list(out.rglob(f"*{SIDECAR_SUFFIX}"))
+            if sidecars and json.loads(sidecars[0].read_text())["held"]:
+                break
+            await asyncio.sleep(0.05)
+        first.send_signal(signal.SIGINT)
+        assert await first.await_exit(limit=30) != 0
+        assert not downloads(out)
+        (sidecar,) = out.rglob(f"*{SIDECAR_SUFFIX}")
+        held = sum(end - start for start, end in json.loads(sidecar.read_text())["held"])
+        assert 0 < held < len(flight.data)
+        second = Process(
+            ["download", f"udpin:127.0.0.1:{port}", "--out", str(out)], tmp_path, name="2"
+        )
+        assert await second.await_exit(limit=60) == 0, second.stderr()
+    finally:
+        sim.kill()
+    (path,) = downloads(out)
+    assert path.read_bytes() == flight.data
+    assert "MB of it resumed" in second.stdout()
+    assert not sidecar.exists()
+
+
+@pytest.mark.asyncio
+async def test_an_unknown_log_id_is_one_clear_error(tmp_path: Path) -> None:
+    flight = make_flight(tmp_path, duration_s=2)
+    port = free_udp_port()
+    sim = vehicle(tmp_path, flight.path, port)
+    try:
+        fetch = Process(["download", f"udpin:127.0.0.1:{port}", "--id", "7"], tmp_path)
+        assert await fetch.await_exit(limit=30) == 1
+    finally:
+        sim.kill()
+    assert fetch.stderr().strip() == (
+        "ulogstream: error: the vehicle has no log 7 (its logs: 0; see --list)"
+    )
+
+
+@pytest.mark.asyncio
+async def test_no_vehicle_on_the_link_says_so() -> None:
+    port = free_udp_port()
+    transport = await UdpTransport.listen("127.0.0.1", port)
+    codec = MavlinkCodec(system_id=254, component_id=155)
+    with pytest.raises(
+        LinkError, match=r"no autopilot HEARTBEAT on udpin:127\.0\.0\.1:\d+ within 0\.3 s"
+    ):
+        async with LogDownloader(transport=transport, codec=codec, heartbeat_timeout_s=0.3):
+            pass
+    await transport.aclose()

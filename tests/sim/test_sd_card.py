@@ -1,0 +1,101 @@
+"""The simulated SD card answers log downloads as PX4's mavlink_log_handler does."""
+
+from __future__ import annotations
+
+from ulogstream.download.packets import (
+    LogData,
+    LogEntry,
+    LogRequestData,
+    LogRequestEnd,
+    LogRequestList,
+)
+from ulogstream.sim.faults import FaultConfig
+from ulogstream.sim.sd_card import TICK_S, SdCard, SdCardOutput, SdLog
+
+
+def drain(card: SdCard, now: float = 0.0) -> list[SdCardOutput]:
+    out: list[SdCardOutput] = []
+    while (deadline := card.next_deadline()) is not None:
+        now = max(now, deadline)
+        out += card.handle_timer(now)
+    return out
+
+
+def test_the_listing_has_one_entry_per_log_from_id_0() -> None:
+    card = SdCard(system_id=3)
+    card.add(SdLog(b"a" * 100, 1000))
+    card.add(SdLog(b"b" * 50, 2000))
+    card.receive(LogRequestList(), 0.0)
+    assert drain(card) == [
+        LogEntry(0, 2, 1, 1000, 100, system_id=3),
+        LogEntry(1, 2, 1, 2000, 50, system_id=3),
+    ]
+
+
+def test_an_empty_card_answers_one_empty_entry() -> None:
+    card = SdCard()
+    card.receive(LogRequestList(), 0.0)
+    assert drain(card) == [LogEntry(0, 0, 0, 0, 0)]
+
+
+def test_data_comes_in_order_90_bytes_at_a_time_and_ends_short() -> None:
+    log = bytes(range(256)) * 2
+    card = SdCard(bytes_per_s=1e9)
+    card.add(SdLog(log, 1))
+    card.receive(LogRequestData(0, 100, 300), 0.0)
+    out = drain(card)
+    assert [(m.ofs, len(m.data)) for m in out if isinstance(m, LogData)] == [
+        (100, 90),
+        (190, 90),
+        (280, 90),
+        (370, 30),
+    ]
+    assert b"".join(m.data for m in out if isinstance(m, LogData)) == log[100:400]
+
+
+def test_a_request_past_the_end_gets_one_empty_message_and_unknown_logs_nothing() -> None:
+    card = SdCard()
+    card.add(SdLog(b"x" * 10, 1))
+    card.receive(LogRequestData(0, 10, 90), 0.0)
+    assert drain(card) == [LogData(0, 10, b"")]
+    card.receive(LogRequestData(5, 0, 90), 1.0)
+    assert drain(card, 1.0) == []
+
+
+def test_a_new_request_replaces_the_one_in_progress_and_end_stops_it() -> None:
+    card = SdCard(bytes_per_s=90 / TICK_S)  # one message per tick
+    card.add(SdLog(bytes(9000), 1))
+    card.receive(LogRequestData(0, 0, 9000), 0.0)
+    first = card.handle_timer(0.0)
+    card.receive(LogRequestData(0, 4500, 180), 0.001)
+    rest = drain(card, 0.001)
+    assert [m.ofs for m in first + rest if isinstance(m, LogData)] == [0, 90, 4500, 4590]
+    card.receive(LogRequestData(0, 0, 9000), 1.0)
+    card.receive(LogRequestEnd(), 1.0)
+    assert card.next_deadline() is None
+
+
+def test_the_rate_paces_the_messages() -> None:
+    card = SdCard(bytes_per_s=9000)
+    card.add(SdLog(bytes(90_000), 1))
+    card.receive(LogRequestData(0, 0, 90_000), 0.0)
+    sent = 0
+    now = 0.0
+    while now < 1.0:
+        sent += len(card.handle_timer(now))
+        now += TICK_S
+    assert 95 <= sent <= 105  # 9000 B/s: 100 messages a second
+
+
+def test_loss_drops_log_data_on_the_link_reproducibly() -> None:
+    def lost(seed: int) -> list[int]:
+        card = SdCard(bytes_per_s=1e9, faults=FaultConfig(seed=seed, loss=0.2))
+        card.add(SdLog(bytes(90_000), 1))
+        card.receive(LogRequestData(0, 0, 90_000), 0.0)
+        got = {m.ofs for m in drain(card) if isinstance(m, LogData)}
+        assert card.lost == 1000 - len(got)
+        return sorted(set(range(0, 90_000, 90)) - got)
+
+    assert lost(1) == lost(1)
+    assert lost(1) != lost(2)
+    assert 150 < len(lost(1)) < 250
