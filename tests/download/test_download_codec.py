@@ -107,3 +107,39 @@ def test_signed_requests_are_accepted_by_a_peer_with_the_key() -> None:
     vehicle = MavlinkCodec(system_id=1, component_id=1, signing_key=key)
     frame = downloader.encode_log_request(LogRequestData(3, 900, 90), 1, 1)
     assert vehicle.decode_with_log_download(frame) == [LogRequestData(3, 900, 90)]
+
+
+@given(
+    log_id=st.integers(0, 0xFFFF),
+    ofs=st.integers(0, 0xFFFFFFFF),
+    data=st.binary(max_size=90),
+    zeros=st.integers(0, 90),
+)
+def test_the_log_data_fast_path_decodes_and_counts_as_the_general_path(
+    log_id: int, ofs: int, data: bytes, zeros: int
+) -> None:
+    data = (data + bytes(zeros))[:90]  # trailing zeros: MAVLink 2 cuts them from the frame
+    frame = MavlinkCodec(system_id=9, component_id=1).encode_log_data(LogData(log_id, ofs, data))
+    fast = MavlinkCodec(system_id=255, component_id=155)
+    general = MavlinkCodec(system_id=255, component_id=155)
+    fields = fast.decode_log_data(frame)
+    (message,) = general.decode_with_log_download(frame)
+    assert message == LogData(log_id, ofs, data, system_id=9)
+    if fields is not None:  # frames cut into the header go the general way
+        assert LogData(fields[1], fields[2], fields[3], system_id=fields[0]) == message
+        assert fast.messages == general.messages == 1
+    else:
+        assert len(frame) < 10 + 7 + 2
+
+
+def test_the_fast_path_declines_everything_else_untouched() -> None:
+    vehicle = MavlinkCodec(system_id=9, component_id=1)
+    frame = vehicle.encode_log_data(LogData(1, 0, b"x" * 90))
+    codec = MavlinkCodec(system_id=255, component_id=155)
+    damaged = frame[:-1] + bytes([frame[-1] ^ 1])
+    entry = vehicle.encode_log_entry(LogEntry(0, 1, 0, 1, 2))
+    for datagram in (damaged, frame + frame, entry, frame[:-3], b""):
+        assert codec.decode_log_data(datagram) is None
+    assert codec.messages == codec.bad_frames == 0
+    signed = MavlinkCodec(system_id=255, component_id=155, signing_key=bytes(32))
+    assert signed.decode_log_data(frame) is None

@@ -263,3 +263,68 @@ def test_a_vehicle_without_logs_lists_none_and_a_silent_one_fails() -> None:
     silent.start(0.0)
     assert silent.handle_timer(1.0) == [LogRequestList()]
     assert silent.handle_timer(2.0) == [ListingFailed(2, ())]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(1, 30_000),
+    loss=st.sampled_from([0.0, 0.05, 0.3]),
+    seed=st.integers(0, 1 << 16),
+)
+def test_the_fast_path_leaves_the_transfer_as_the_general_path_would(
+    size: int, loss: float, seed: int
+) -> None:
+    """Two transfers fed the same messages, one through receive_next first: same outputs."""
+    log = _log(size, seed)
+    lose = random.Random(seed)  # noqa: S311 (test data)
+    vehicle = ModelVehicle(log, lose=lose, loss=loss, latency=0.001)
+    fast, general = LogTransfer(log_id=0, size=size), LogTransfer(log_id=0, size=size)
+    now = 0.0
+    outputs = fast.start(now)
+    assert general.start(now) == outputs
+    taken = 0
+    while not fast.finished:
+        for output in outputs:
+            if isinstance(output, LogRequestData):
+                vehicle.request(output, now)
+        arrival = vehicle.next_arrival()
+        deadline = fast.next_deadline()
+        assert deadline == general.next_deadline()
+        assert deadline is not None
+        if arrival is not None and arrival < deadline:
+            now = arrival
+            chunk = vehicle.send()
+            if chunk is None:
+                outputs = []
+                continue
+            expected = general.receive(chunk, now)
+            if fast.receive_next(chunk.ofs, chunk.data, now):
+                taken += 1
+                assert expected == [WriteLogData(chunk.ofs, chunk.data)]
+                outputs = expected
+            else:
+                outputs = fast.receive(chunk, now)
+                assert outputs == expected
+        else:
+            now = deadline
+            outputs = fast.handle_timer(now)
+            assert general.handle_timer(now) == outputs
+        assert list(fast.held) == list(general.held)
+        assert (fast.received, fast.rate, fast.round_trip_s) == (
+            general.received,
+            general.rate,
+            general.round_trip_s,
+        )
+    assert general.finished
+    if size > 10 * LOG_DATA_CHUNK and loss == 0.0:
+        assert taken > size // LOG_DATA_CHUNK // 2
+
+
+def test_a_requests_first_data_goes_the_general_way_to_measure_the_round_trip() -> None:
+    transfer = LogTransfer(log_id=0, size=9000, held=[(0, 900)])
+    assert transfer.start(0.0) == [LogRequestData(0, 900, 8100)]
+    assert not transfer.receive_next(900, bytes(90), 0.05)
+    assert transfer.receive(LogData(0, 900, bytes(90)), 0.05) == [WriteLogData(900, bytes(90))]
+    assert transfer.round_trip_s == 0.05
+    assert transfer.receive_next(990, bytes(90), 0.06)
+    assert not transfer.receive_next(990, bytes(90), 0.07)  # held already: the general way

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ulogstream.adapters.serial_transport import SerialTransport
 from ulogstream.adapters.tcp_transport import TcpServerTransport, TcpTransport
-from ulogstream.adapters.udp_transport import UdpTransport
+from ulogstream.adapters.udp_transport import DEFAULT_RECEIVE_BUFFER, UdpTransport
 from ulogstream.config.values import ConnectionSpec, LinkKind
 from ulogstream.errors import ConfigError
 from ulogstream.mavlink_codec import parse_signing_key
@@ -17,19 +17,25 @@ if TYPE_CHECKING:
     from ulogstream.adapters.transport import Transport
 
 
-async def open_transport(spec: ConnectionSpec) -> Transport:
+async def open_transport(spec: ConnectionSpec, *, receive_buffer: int | None = None) -> Transport:
     """Open the link ``spec`` names.
+
+    Args:
+        spec: The link.
+        receive_buffer: A UDP socket's kernel receive buffer, bytes (capped by the system's
+            ``net.core.rmem_max``); None: the transport's default.
 
     Raises:
         LinkError: The device is missing or busy, the port is in use, the server refuses...
     """
+    buffer = DEFAULT_RECEIVE_BUFFER if receive_buffer is None else receive_buffer
     match spec:
         case ConnectionSpec(kind=LinkKind.SERIAL, device=str(device), baud=int(baud)):
             return SerialTransport.open(device, baud)
         case ConnectionSpec(kind=LinkKind.UDP_IN, host=str(host), port=int(port)):
-            return await UdpTransport.listen(host, port)
+            return await UdpTransport.listen(host, port, receive_buffer=buffer)
         case ConnectionSpec(kind=LinkKind.UDP_OUT, host=str(host), port=int(port)):
-            return await UdpTransport.connect(host, port)
+            return await UdpTransport.connect(host, port, receive_buffer=buffer)
         case ConnectionSpec(kind=LinkKind.TCP, host=str(host), port=int(port)):
             return await TcpTransport.connect(host, port)
         case ConnectionSpec(kind=LinkKind.TCP_IN, host=str(host), port=int(port)):

@@ -15,6 +15,10 @@ from ulogstream.config.loader import load_settings
 from ulogstream.recorder.download import LogDownloader, log_path
 from ulogstream.recorder.wiring import link_parts
 
+RECEIVE_BUFFER = 8 << 20
+"""A download's UDP receive buffer: PX4 sends a log at ~8 MB/s on a loopback or Ethernet link,
+faster than Python reads it in bursts (the kernel caps it at ``net.core.rmem_max``)."""
+
 if TYPE_CHECKING:
     import argparse
     from typing import TextIO
@@ -62,7 +66,7 @@ def run_download(args: argparse.Namespace) -> int:
     progress = ProgressBar(sys.stderr)
 
     async def main() -> int:
-        transport = await open_transport(parts.connection)
+        transport = await open_transport(parts.connection, receive_buffer=RECEIVE_BUFFER)
         try:
             async with LogDownloader(
                 transport=transport, codec=parts.codec, progress=progress

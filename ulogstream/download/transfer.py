@@ -35,8 +35,11 @@ IDLE_INTERVALS: Final = 8
 REQUEST_TRIES: Final = 5
 """Requests in a row that bring nothing before the transfer fails."""
 
-SMOOTHING: Final = 0.1
+SMOOTHING: Final = 0.25
 """Weight of the newest sample in the rate, interval and round-trip averages."""
+
+RATE_WINDOW_S: Final = 0.05
+"""The rate and the LOG_DATA interval are sampled over windows this long."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,15 @@ class ByteRanges:
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return zip(self._starts, self._ends, strict=True)
+
+    def extend(self, start: int, end: int) -> bool:
+        """Hold ``[start, end)`` if it continues the last range (then all of it is new)."""
+        ends = self._ends
+        if ends and ends[-1] == start:
+            ends[-1] = end
+            self.total += end - start
+            return True
+        return False
 
     def add(self, start: int, end: int) -> list[tuple[int, int]]:
         """Hold ``[start, end)``; returns the parts of it that were new, in order."""
@@ -157,6 +169,10 @@ class LogTransfer:
         self.round_trip_s = 0.0
         """Request to first data, averaged (0 until measured)."""
         self._interval_s = 0.0
+        self._idle_s = IDLE_FLOOR_S
+        self._window_at = 0.0
+        self._window_bytes = 0
+        self._window_count = 0
         self._range_end = 0
         self._sent_at = 0.0
         self._last_data_at: float | None = None
@@ -189,7 +205,7 @@ class LogTransfer:
         if end >= self._range_end or len(data) < LOG_DATA_CHUNK:
             out += self._next_request(now)  # this range is over: its last byte has come
         else:
-            self._deadline = now + self._idle_timeout()
+            self._deadline = now + self._idle_s
         return out
 
     def next_deadline(self) -> float | None:
@@ -209,6 +225,38 @@ class LogTransfer:
                 return [TransferFailed(ofs, self.size - self.held.total, self._tries)]
         return self._next_request(now)
 
+    def receive_next(self, ofs: int, data: bytes, now: float) -> bool:
+        """The common case of :meth:`receive`, taken whole or not at all.
+
+        A full LOG_DATA of this log that continues the last held range, mid-range (no request
+        is due).
+
+        Returns:
+            True when taken: ``data`` is new and belongs at ``ofs`` (the caller writes it, as
+            :meth:`receive` would have said with :class:`WriteLogData`). False: nothing changed;
+            hand the message to :meth:`receive`.
+        """
+        end = ofs + LOG_DATA_CHUNK
+        last = self._last_data_at
+        if (
+            len(data) != LOG_DATA_CHUNK
+            or end >= self._range_end
+            or last is None
+            or last < self._sent_at  # a request's first data: a round trip to measure
+            or self._finished
+            or not self.held.extend(ofs, end)
+        ):
+            return False
+        self.received += LOG_DATA_CHUNK
+        self._window_bytes += LOG_DATA_CHUNK
+        self._window_count += 1
+        if now - self._window_at >= RATE_WINDOW_S:
+            self._sample(now)
+        self._last_data_at = now
+        self._tries = 0
+        self._deadline = now + self._idle_s
+        return True
+
     def _measure(self, count: int, now: float) -> None:
         self.received += count
         last = self._last_data_at
@@ -217,14 +265,25 @@ class LogTransfer:
             self.round_trip_s = (
                 sample if not self.round_trip_s else _smooth(self.round_trip_s, sample)
             )
-        elif now > last:
-            interval = now - last
-            self._interval_s = _smooth(self._interval_s, interval) if self._interval_s else interval
-            self.rate = _smooth(self.rate, count / interval) if self.rate else count / interval
+            self._window_at = now
+            self._window_bytes = self._window_count = 0
+        else:
+            self._window_bytes += count
+            self._window_count += 1
+            if now - self._window_at >= RATE_WINDOW_S:
+                self._sample(now)
         self._last_data_at = now
 
-    def _idle_timeout(self) -> float:
-        return max(IDLE_FLOOR_S, IDLE_INTERVALS * self._interval_s)
+    def _sample(self, now: float) -> None:
+        """Fold the window's rate and mean interval into the averages; start a new window."""
+        span = now - self._window_at
+        rate = self._window_bytes / span
+        interval = span / self._window_count
+        self.rate = _smooth(self.rate, rate) if self.rate else rate
+        self._interval_s = _smooth(self._interval_s, interval) if self._interval_s else interval
+        self._idle_s = max(IDLE_FLOOR_S, IDLE_INTERVALS * self._interval_s)
+        self._window_at = now
+        self._window_bytes = self._window_count = 0
 
     def _merge_gap(self) -> int:
         """Held bytes worth re-receiving instead of another request: a round trip's worth."""

@@ -136,6 +136,7 @@ class LogDownloader:
         self._progress = progress
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._checkpoint_s = checkpoint_s
+        self._system_id = -1
         self.target: tuple[int, int] | None = None
         """The autopilot's system and component id, once its HEARTBEAT came."""
         self._autopilot: asyncio.Future[None] | None = None
@@ -287,14 +288,25 @@ class LogDownloader:
         for output in outputs:
             match output:
                 case WriteLogData(ofs, data):
-                    assert self._file is not None  # noqa: S101 (a transfer runs)
-                    self._file.write(ofs, data)
+                    self._write(ofs, data)
                 case TransferDone() | TransferFailed() | ListingDone() | ListingFailed():
                     self._finals.append(output)
                     if self._done is not None and not self._done.done():
                         self._done.set_result(None)
                 case _:
                     self._send(output)
+
+    def _write(self, ofs: int, data: bytes) -> None:
+        assert self._file is not None  # noqa: S101 (a transfer runs)
+        try:
+            self._file.write(ofs, data)
+        except Exception as err:  # noqa: BLE001 (handed to the waiting download)
+            self._fail(err)
+
+    def _fail(self, err: BaseException) -> None:
+        self._error = err
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
 
     def _send(self, request: object) -> None:
         if self.target is None:
@@ -305,32 +317,40 @@ class LogDownloader:
     def _handle(self, data: bytes) -> None:
         """One chunk from the link: its messages to the running core (in the reader callback)."""
         now = time.monotonic()
+        transfer = self._transfer
+        if transfer is not None:
+            # A download's common case: one LOG_DATA that continues the file, no message built.
+            fields = self._codec.decode_log_data(data)
+            if fields is not None:
+                system_id, log_id, ofs, chunk = fields
+                if (
+                    log_id == transfer.log_id
+                    and system_id == self._system_id
+                    and transfer.receive_next(ofs, chunk, now)
+                ):
+                    self._write(ofs, chunk)
+                    return
+                self._receive_data(transfer, LogData(log_id, ofs, chunk, system_id), now)
+                return
         for message in self._codec.decode_with_log_download(data):
-            kind = type(message)
-            if kind is LogData:
-                transfer = self._transfer
-                if transfer is not None:
-                    self._guarded(transfer.receive, message, now)  # type: ignore[arg-type]
-            elif kind is LogEntry:
+            if isinstance(message, LogData):
+                if transfer is not None and message.system_id == self._system_id:
+                    self._receive_data(transfer, message, now)
+            elif isinstance(message, LogEntry):
                 listing = self._listing
                 if listing is not None:
-                    self._guarded(listing.receive, message, now)  # type: ignore[arg-type]
-            elif kind is Heartbeat:
-                self._heartbeat(message)  # type: ignore[arg-type]
+                    try:
+                        self._execute(listing.receive(message, now))
+                    except Exception as err:  # noqa: BLE001 (handed to the waiting listing)
+                        self._fail(err)
+            elif isinstance(message, Heartbeat):
+                self._heartbeat(message)
 
-    def _guarded(
-        self,
-        receive: Callable[[LogData, float], list[TransferOutput]]
-        | Callable[[LogEntry, float], list[ListingOutput]],
-        message: LogData | LogEntry,
-        now: float,
-    ) -> None:
+    def _receive_data(self, transfer: LogTransfer, message: LogData, now: float) -> None:
         try:
-            self._execute(receive(message, now))  # type: ignore[arg-type]
+            self._execute(transfer.receive(message, now))
         except Exception as err:  # noqa: BLE001 (handed to the waiting download)
-            self._error = err
-            if self._done is not None and not self._done.done():
-                self._done.set_result(None)
+            self._fail(err)
 
     def _heartbeat(self, heartbeat: Heartbeat) -> None:
         if (
@@ -339,6 +359,7 @@ class LogDownloader:
             and heartbeat.autopilot != MAV_AUTOPILOT_INVALID
         ):
             self.target = (heartbeat.system_id, heartbeat.component_id)
+            self._system_id = heartbeat.system_id
             if self._autopilot is not None and not self._autopilot.done():
                 self._autopilot.set_result(None)
 
