@@ -321,10 +321,19 @@ def test_the_fast_path_leaves_the_transfer_as_the_general_path_would(
 
 
 def test_a_requests_first_data_goes_the_general_way_to_measure_the_round_trip() -> None:
-    transfer = LogTransfer(log_id=0, size=9000, held=[(0, 900)])
-    assert transfer.start(0.0) == [LogRequestData(0, 900, 8100)]
-    assert not transfer.receive_next(900, bytes(90), 0.05)
-    assert transfer.receive(LogData(0, 900, bytes(90)), 0.05) == [WriteLogData(900, bytes(90))]
-    assert transfer.round_trip_s == 0.05
-    assert transfer.receive_next(990, bytes(90), 0.06)
-    assert not transfer.receive_next(990, bytes(90), 0.07)  # held already: the general way
+    transfer = LogTransfer(log_id=0, size=9000)
+    transfer.start(0.0)
+    now = 0.01
+    for ofs in range(0, 8010, LOG_DATA_CHUNK):  # the tail is lost
+        now += 0.001
+        transfer.receive(LogData(0, ofs, bytes(90)), now)
+    deadline = transfer.next_deadline()
+    assert deadline is not None
+    assert transfer.handle_timer(deadline) == [LogRequestData(0, 8010, 990)]
+    assert not transfer.receive_next(8010, bytes(90), deadline + 0.05)
+    assert transfer.receive(LogData(0, 8010, bytes(90)), deadline + 0.05) == [
+        WriteLogData(8010, bytes(90))
+    ]
+    assert abs(transfer.round_trip_s - (0.011 + 0.25 * (0.05 - 0.011))) < 1e-9
+    assert transfer.receive_next(8100, bytes(90), deadline + 0.06)
+    assert not transfer.receive_next(8100, bytes(90), deadline + 0.07)  # held: the general way
