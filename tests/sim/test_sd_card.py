@@ -10,7 +10,7 @@ from ulogstream.download.packets import (
     LogRequestList,
 )
 from ulogstream.sim.faults import FaultConfig
-from ulogstream.sim.sd_card import TICK_S, SdCard, SdCardOutput, SdLog
+from ulogstream.sim.sd_card import LOG_DATA_FRAME, TICK_S, SdCard, SdCardOutput, SdLog
 
 
 def drain(card: SdCard, now: float = 0.0) -> list[SdCardOutput]:
@@ -63,7 +63,7 @@ def test_a_request_past_the_end_gets_one_empty_message_and_unknown_logs_nothing(
 
 
 def test_a_new_request_replaces_the_one_in_progress_and_end_stops_it() -> None:
-    card = SdCard(bytes_per_s=90 / TICK_S)  # one message per tick
+    card = SdCard(bytes_per_s=LOG_DATA_FRAME / TICK_S)  # one message per tick
     card.add(SdLog(bytes(9000), 1))
     card.receive(LogRequestData(0, 0, 9000), 0.0)
     first = card.handle_timer(0.0)
@@ -76,7 +76,7 @@ def test_a_new_request_replaces_the_one_in_progress_and_end_stops_it() -> None:
 
 
 def test_the_rate_paces_the_messages() -> None:
-    card = SdCard(bytes_per_s=9000)
+    card = SdCard(bytes_per_s=100 * LOG_DATA_FRAME)
     card.add(SdLog(bytes(90_000), 1))
     card.receive(LogRequestData(0, 0, 90_000), 0.0)
     sent = 0
@@ -84,7 +84,7 @@ def test_the_rate_paces_the_messages() -> None:
     while now < 1.0:
         sent += len(card.handle_timer(now))
         now += TICK_S
-    assert 95 <= sent <= 105  # 9000 B/s: 100 messages a second
+    assert 95 <= sent <= 105  # 100 frames' worth a second
 
 
 def test_loss_drops_log_data_on_the_link_reproducibly() -> None:

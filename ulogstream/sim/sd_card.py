@@ -27,7 +27,10 @@ TICK_S: Final = 0.005
 """The card sends what its rate allows every tick (PX4's MAVLink loop runs at a few ms)."""
 
 DEFAULT_BYTES_PER_S: Final = 2_000_000
-"""LOG_DATA payload bytes per second when the link sets no rate."""
+"""Wire bytes per second when the link sets no rate."""
+
+LOG_DATA_FRAME: Final = 10 + 97 + 2
+"""Wire bytes of one full LOG_DATA frame (MAVLink 2 header, payload, checksum)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,7 @@ class SdCard:
 
     Args:
         system_id: The vehicle's system id (put in the outputs for the shell).
-        bytes_per_s: LOG_DATA payload bytes sent per second at most.
+        bytes_per_s: Wire bytes (whole LOG_DATA frames) sent per second at most: a radio's rate.
         faults: Its ``loss`` (and ``seed``) also loses LOG_DATA messages on the link.
     """
 
@@ -98,7 +101,7 @@ class SdCard:
                 self._sending = None
         if self._next_tick is None:
             self._next_tick = now
-            self._credit = LOG_DATA_CHUNK  # the first message leaves at once
+            self._credit = LOG_DATA_FRAME  # the first message leaves at once
         return []
 
     def next_deadline(self) -> float | None:
@@ -131,14 +134,14 @@ class SdCard:
         if self._sending is not None:
             log_id, ofs, end = self._sending
             data = self.logs[log_id].data
-            while self._credit >= LOG_DATA_CHUNK:
+            while self._credit >= LOG_DATA_FRAME:
                 chunk = data[ofs : min(ofs + LOG_DATA_CHUNK, end)]
                 self._sent += 1
                 if self._rng.chance(self._loss, Draw.LOG_DATA_LOSS, self._sent):
                     self.lost += 1
                 else:
                     out.append(LogData(log_id, ofs, chunk, system_id=self.system_id))
-                self._credit -= LOG_DATA_CHUNK
+                self._credit -= LOG_DATA_FRAME
                 ofs += len(chunk)
                 if len(chunk) < LOG_DATA_CHUNK or ofs >= end:
                     self._sending = None
