@@ -69,6 +69,12 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--min-free-mb", type=int, help="stop recording below this free space")
     parser.add_argument(
+        "--while-armed",
+        action="store_true",
+        help="record each flight: stream from arming to just after disarming, one log per flight"
+        " (with --once: one flight)",
+    )
+    parser.add_argument(
         "--mqtt", metavar="URL", help="publish live to mqtt://HOST[:PORT] or mqtts://"
     )
     parser.add_argument("--mqtt-rate", type=float, help="default samples/s per topic (0 = all)")
@@ -110,6 +116,7 @@ def _settings(args: argparse.Namespace, *, connection: str | None = None) -> Set
         "recording.out_dir": args.out,
         "recording.idle_timeout_s": args.idle_timeout,
         "recording.min_free_mb": args.min_free_mb,
+        "recording.mode": "while_armed" if args.while_armed else None,
         "mqtt.url": args.mqtt,
         "mqtt.default_rate_hz": args.mqtt_rate,
         "mqtt.vehicle_id": args.vehicle_id,

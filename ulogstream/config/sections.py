@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 Encoding = Literal["json", "msgpack", "ulog"]
 
 FoxgloveEncoding = Literal["json", "cdr"]
+RecordingMode = Literal["always", "while_armed"]
+"""When the vehicle's log is streamed: from first contact on, or from each arming (a flight)."""
 
 
 MqttProtocol = Literal["3.1.1", "5"]
@@ -125,6 +127,10 @@ class RecordingSettings:
         idle_timeout_s: How long an open log waits for its data to come back through a link
             outage (USB unplugged, radio out of range) before it is finished as incomplete and
             a new stream is requested; longer than PX4's 2.5 s ack timeout.
+        mode: ``always`` (stream from first contact to the end) or ``while_armed`` (stream from
+            each arming to ``disarm_delay_s`` after the disarming: one log per flight).
+        disarm_delay_s: With ``while_armed``, seconds after disarming before the flight's
+            stream is stopped (the landing's last samples and PX4's end of log are kept).
     """
 
     out_dir: Path = Path("/var/lib/ulogstream")
@@ -132,9 +138,21 @@ class RecordingSettings:
     max_logs: int = 0
     max_total_mb: int = 0
     idle_timeout_s: float = 30.0
+    mode: RecordingMode = "always"
+    disarm_delay_s: float = 2.0
 
     def __post_init__(self) -> None:
         check_non_negative("recording.min_free_mb", self.min_free_mb, " MB")
+        require(
+            self.mode in get_args(RecordingMode),
+            "recording.mode",
+            f"must be one of {', '.join(get_args(RecordingMode))}, not {self.mode!r}",
+        )
+        require(
+            self.disarm_delay_s >= 0,
+            "recording.disarm_delay_s",
+            f"must be >= 0 s, not {self.disarm_delay_s}",
+        )
         check_non_negative("recording.max_logs", self.max_logs, "")
         check_non_negative("recording.max_total_mb", self.max_total_mb, " MB")
         require(

@@ -135,6 +135,8 @@ def recorder_parts(settings: Settings, *, once: bool = False) -> RecorderParts:
             component_id=link.compid,
             target_system=system_id,
             restart_after_foreign_stop=not once,
+            while_armed=recording.mode == "while_armed",
+            disarm_delay=recording.disarm_delay_s,
             reorder_packets=link.reorder_packets,
             reorder_time=link.reorder_window_s,
             data_timeout=recording.idle_timeout_s,

@@ -86,6 +86,7 @@ class SessionState(enum.Enum):
 
     IDLE = "idle"
     WAITING_FOR_AUTOPILOT = "waiting for autopilot"
+    WAITING_FOR_ARMING = "waiting for arming"
     STARTING = "starting"
     RESTARTING = "restarting"
     STREAMING = "streaming"
@@ -100,6 +101,10 @@ _STREAMING = SessionState.STREAMING
 _OUTAGE = SessionState.OUTAGE
 _LOGGING_STATES = frozenset({SessionState.STARTING, SessionState.STREAMING, SessionState.OUTAGE})
 """States in which packet 0 of a new log may open a file: our START is out or accepted."""
+_FLIGHT_STATES = frozenset(
+    {SessionState.STARTING, SessionState.STREAMING, SessionState.OUTAGE, SessionState.RESTARTING}
+)
+"""States in which a flight's stream is asked for or runs (``while_armed``)."""
 _COMMAND_STATES = frozenset(
     {SessionState.STARTING, SessionState.RESTARTING, SessionState.STOPPING, SessionState.OUTAGE}
 )
@@ -214,8 +219,13 @@ class LoggingSession:
         reorder_packets: Reorder window size in packets (see :class:`LogStreamReassembler`).
         reorder_time: Reorder window length in seconds.
         restart_after_foreign_stop: After another client's STOP ended our stream (a GCS that
-            stops logging on disarm), ask for a new one; False ends the session instead (one
-            log only).
+            stops logging on disarm), ask for a new one, and with ``while_armed`` wait for the
+            next flight; False ends the session instead (one log, or one flight, only).
+        while_armed: Stream only while the vehicle is armed (its HEARTBEAT's ``base_mode``):
+            LOGGING_START when it arms, LOGGING_STOP ``disarm_delay`` after it disarms (the
+            landing's last samples and PX4's end of log are kept), one log per flight.
+        disarm_delay: Seconds after disarming before the flight's stream is stopped; arming
+            again meanwhile keeps it going.
 
     Raises:
         ValueError: An id is out of range or a time is not positive.
@@ -239,6 +249,8 @@ class LoggingSession:
         reorder_packets: int = DEFAULT_REORDER_PACKETS,
         reorder_time: float = DEFAULT_REORDER_TIME,
         restart_after_foreign_stop: bool = True,
+        while_armed: bool = False,
+        disarm_delay: float = 2.0,
     ) -> None:
         _check_id("system_id", system_id, 1)
         _check_id("component_id", component_id, 1)
@@ -252,6 +264,9 @@ class LoggingSession:
         _check_positive("outage_after", outage_after)
         _check_positive("probe_delay", probe_delay)
         _check_positive("stop_quiet", stop_quiet)
+        if disarm_delay < 0:
+            msg = f"disarm_delay must not be negative, not {disarm_delay}"
+            raise ValueError(msg)
         if start_grace < 0:
             msg = f"start_grace must not be negative, not {start_grace}"
             raise ValueError(msg)
@@ -270,6 +285,14 @@ class LoggingSession:
         self._probe_delay = probe_delay
         self._stop_quiet = stop_quiet
         self._restart_after_foreign_stop = restart_after_foreign_stop
+        self._while_armed = while_armed
+        self._disarm_delay = disarm_delay
+        self._armed = False
+        """Whether the autopilot's last HEARTBEAT said it is armed."""
+        self._disarmed_at: float | None = None
+        """When the vehicle disarmed during a flight's stream (None: armed, or not streaming)."""
+        self._flight_stop = False
+        """The STOP under way ends a flight (while_armed): afterwards, wait for the next one."""
         self._reassembler = LogStreamReassembler(
             reorder_packets=reorder_packets, reorder_time=reorder_time
         )
@@ -336,6 +359,8 @@ class LoggingSession:
         self._next_heartbeat = now + self._heartbeat_interval
         if self._autopilot_system == _UNKNOWN:
             self._set_state(SessionState.WAITING_FOR_AUTOPILOT)
+        elif self._while_armed:
+            self._set_state(SessionState.WAITING_FOR_ARMING)
         else:
             self._send_start(now, out)
         return out
@@ -411,11 +436,17 @@ class LoggingSession:
             RuntimeError: Called before :meth:`start`.
         """
         out: list[SessionOutput] = []
+        self._flight_stop = False  # the user's stop ends the session, flight or not
+        self._disarmed_at = None
         match self._state:
             case SessionState.IDLE:
                 msg = "stop() called before start()"
                 raise RuntimeError(msg)
-            case SessionState.WAITING_FOR_AUTOPILOT | SessionState.REJECTED:
+            case (
+                SessionState.WAITING_FOR_AUTOPILOT
+                | SessionState.WAITING_FOR_ARMING
+                | SessionState.REJECTED
+            ):
                 self._finish(LogEndReason.STOPPED, complete=True, out=out)
             case SessionState.STOPPING | SessionState.ENDED:
                 pass
@@ -470,6 +501,8 @@ class LoggingSession:
                 deadline = min(deadline, self._probe_at)
         elif state is SessionState.STOPPING:
             deadline = min(deadline, self._stop_end())
+        if self._disarmed_at is not None:
+            deadline = min(deadline, self._disarmed_at + self._disarm_delay)
         held = self._reassembler.next_deadline()
         return deadline if held is None else min(deadline, held)
 
@@ -508,6 +541,8 @@ class LoggingSession:
             elif self._probe_at is not None and now >= self._probe_at:
                 self._probe_at = None
                 self._send_command(MAV_CMD_LOGGING_START, now, out)
+        if self._disarmed_at is not None and now >= self._disarmed_at + self._disarm_delay:
+            self._end_flight(now, out)
         elif state is SessionState.STOPPING and now >= self._stop_end():
             if self._stop_accepted is None:
                 self._finish(LogEndReason.STOP_TIMEOUT, complete=False, out=out)
@@ -579,8 +614,23 @@ class LoggingSession:
 
     def _finish(self, reason: LogEndReason, *, complete: bool, out: list[SessionOutput]) -> None:
         self._reassembler.end_log(reason, complete=complete, out=out)
+        if self._flight_stop and self._restart_after_foreign_stop:
+            self._flight_stop = False
+            self._set_state(SessionState.WAITING_FOR_ARMING)  # the stream is over: next flight
+            return
         out.append(StreamEnded())
         self._set_state(SessionState.ENDED)
+
+    def _end_flight(self, now: float, out: list[SessionOutput]) -> None:
+        """The vehicle stayed disarmed ``disarm_delay``: STOP, and the flight's log ends."""
+        self._disarmed_at = None
+        if self._state in _FLIGHT_STATES:
+            self._flight_stop = True
+            self._send_command(MAV_CMD_LOGGING_STOP, now, out)
+            self._stop_sent = now
+            self._stop_accepted = None
+            self._stop_packets = 0
+            self._set_state(SessionState.STOPPING)
 
     def _after_packet(
         self, sequence: int, ignored: int, now: float, out: list[SessionOutput]
@@ -619,7 +669,11 @@ class LoggingSession:
                     self._reassembler.end_log(
                         LogEndReason.STOPPED_BY_OTHER_CLIENT, complete=True, out=out
                     )
-                    self._send_start(now, out)
+                    if self._while_armed and not self._armed:
+                        self._disarmed_at = None  # a GCS ended the flight's log on disarm
+                        self._set_state(SessionState.WAITING_FOR_ARMING)
+                    else:
+                        self._send_start(now, out)
                 else:  # one log only (record --once): the vehicle ended it, nothing of ours runs
                     self._finish(LogEndReason.STOPPED_BY_OTHER_CLIENT, complete=True, out=out)
             return
@@ -711,9 +765,23 @@ class LoggingSession:
         if self._autopilot_system == _UNKNOWN:
             self._autopilot_system = heartbeat.system_id
             if self._state is SessionState.WAITING_FOR_AUTOPILOT:
-                self._send_start(now, out)
-        elif heartbeat.system_id == self._autopilot_system and self._state is _OUTAGE:
+                if self._while_armed:
+                    self._set_state(SessionState.WAITING_FOR_ARMING)
+                else:
+                    self._send_start(now, out)
+        elif heartbeat.system_id != self._autopilot_system:
+            return
+        elif self._state is _OUTAGE:
             self._schedule_probe(now)  # heard again: does the open log's stream still run?
+        self._armed = armed = heartbeat.armed
+        if not self._while_armed:
+            return
+        if armed:
+            self._disarmed_at = None
+            if self._state is SessionState.WAITING_FOR_ARMING:
+                self._send_start(now, out)  # a flight begins: its own log
+        elif self._disarmed_at is None and self._state in _FLIGHT_STATES:
+            self._disarmed_at = now
 
 
 def _result_name(result: int) -> str:
