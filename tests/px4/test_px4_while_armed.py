@@ -1,0 +1,79 @@
+"""``record --while-armed`` against a real PX4 (SITL): two flights in one run, one file each."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import TYPE_CHECKING
+
+import pytest
+from pyulog import ULog
+from support.processes import Process, recordings
+from support.px4 import px4_sitl
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from support.px4 import Px4
+
+pytestmark = [pytest.mark.px4, pytest.mark.timeout(240)]
+
+
+async def fly_once(px4: Px4) -> None:
+    """Arm, take off to 2.5 m, land; return once PX4 has disarmed by itself."""
+    assert "rejected" not in px4.cmd("commander", "arm").lower()
+    await asyncio.sleep(1)
+    px4.cmd("commander", "takeoff")
+    await asyncio.sleep(10)
+    px4.cmd("commander", "land")
+    for _ in range(60):
+        await asyncio.sleep(1)
+        if "] Disarmed" in px4.cmd("commander", "status"):
+            return
+    pytest.fail("PX4 did not disarm within 60 s of landing")
+
+
+def span_s(path: Path) -> tuple[float, float]:
+    """The first and last vehicle_status timestamp of a log, in seconds of boot time."""
+    status = ULog(str(path), ["vehicle_status"]).get_dataset("vehicle_status")
+    stamps = status.data["timestamp"]
+    return float(stamps[0]) / 1e6, float(stamps[-1]) / 1e6
+
+
+@pytest.mark.asyncio
+async def test_two_flights_in_one_run_give_two_files_each_its_flight(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with px4_sitl(tmp_path / "px4", instance=5, log="all", sdlog_mode=0) as px4:
+        recorder = Process(
+            ["record", f"udpin:127.0.0.1:{px4.onboard_port}", "--while-armed", "--out", str(out),
+             "--no-status"],
+            tmp_path,
+        )  # fmt: skip
+        try:
+            await asyncio.sleep(4)
+            assert not recordings(out)  # on the ground, disarmed: nothing is streamed
+            await fly_once(px4)
+            await recorder.await_line("log finished", limit=30)
+            await asyncio.sleep(3)
+            await fly_once(px4)
+            await recorder.await_line("log finished", count=2, limit=30)
+            await asyncio.sleep(2)
+            recorder.send_signal(signal.SIGINT)
+            assert await recorder.await_exit(limit=30) == 0
+        finally:
+            recorder.kill()
+        sd_logs = px4.sd_logs()
+    files = recordings(out)
+    assert len(files) == 2
+    assert len(sd_logs) == 2  # PX4's own logs: one per flight (SDLOG_MODE 0)
+    assert "2 logs recorded" in recorder.stdout()
+    # Each file is its flight: it spans PX4's own log of that flight and no part of the other.
+    # Its data begins up to ~4 s after arming: the arming is seen in the next HEARTBEAT (1 Hz),
+    # then PX4 sends the header and definitions stop-and-wait (~1.5 s) before any data; the
+    # backfill fetches that start from the SD log.
+    for ours, truth in zip(files, sd_logs, strict=True):
+        ours_start, ours_end = span_s(ours)
+        sd_start, sd_end = span_s(truth)
+        assert sd_start - 0.5 <= ours_start <= sd_start + 4.0
+        assert ours_end >= sd_end - 0.5
+    assert span_s(files[0])[1] < span_s(sd_logs[1])[0]
