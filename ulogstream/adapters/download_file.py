@@ -1,10 +1,11 @@
-"""A log being downloaded from the vehicle: its file, the ranges held, and resuming (blocking I/O).
+"""Logs from the vehicle's SD card on disk: downloads (resumable) and backfilled recordings.
 
 The bytes go to ``{stem}.ulg.download`` at their offsets as they come; every checkpoint fsyncs
 them and then replaces ``{stem}.ulg.download.json`` (which log: vehicle, time, size; and the
 byte ranges held), so after a crash or Ctrl-C the sidecar names only bytes that are on disk and
 the next run asks for the rest. Once every byte is held the file is fsynced and renamed to
-``{stem}.ulg``, and the sidecar removed: a ``.ulg`` is always a whole log.
+``{stem}.ulg``, and the sidecar removed: a ``.ulg`` is always a whole log. A recording
+completed by a backfill replaces the original atomically (:func:`write_patched`). Blocking I/O.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from typing import TYPE_CHECKING, Final
 from ulogstream.errors import UlogstreamError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
+    from typing import BinaryIO
+
+    from ulogstream.download.backfill import Patch
 
 DOWNLOAD_SUFFIX: Final = ".ulg.download"
 SIDECAR_SUFFIX: Final = ".ulg.download.json"
@@ -166,3 +171,46 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_patched(path: Path, patches: Sequence[Patch]) -> int:
+    """Replace ``path`` by itself with ``patches`` applied, atomically; returns its new size.
+
+    The completed log is written beside it (``.backfill``), fsynced and renamed over it: a power
+    cut at any moment leaves either the recording or the completed log, never a mix.
+
+    Raises:
+        DownloadFileError: It cannot be read or written.
+    """
+    temporary = path.with_name(path.name + ".backfill")
+    try:
+        with path.open("rb") as source, temporary.open("wb") as target:
+            position = 0
+            for patch in sorted(patches, key=lambda p: p.offset):
+                _copy(source, target, patch.offset - position)
+                target.write(patch.data)
+                source.seek(patch.length, os.SEEK_CUR)
+                position = patch.offset + patch.length
+            _copy(source, target, -1)
+            target.flush()
+            os.fsync(target.fileno())
+            size = target.tell()
+        temporary.replace(path)
+        _fsync_dir(path.parent)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        msg = f"cannot write the completed {path}: {err.strerror or err}"
+        raise DownloadFileError(msg) from err
+    return size
+
+
+def _copy(source: BinaryIO, target: BinaryIO, count: int) -> None:
+    """Copy ``count`` bytes (-1: the rest) in 1 MiB pieces."""
+    while count:
+        piece = source.read(1 << 20 if count < 0 else min(count, 1 << 20))
+        if not piece:
+            return
+        target.write(piece)
+        if count > 0:
+            count -= len(piece)

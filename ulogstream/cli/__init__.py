@@ -73,6 +73,7 @@ SUBCOMMANDS: list[Subcommand] = [
     Subcommand("record", "record the logs streamed on a MAVLink link", "live"),
     Subcommand("run", "run the daemon from a configuration file", "live"),
     Subcommand("download", "list or download the vehicle's own logs over MAVLink", "download"),
+    Subcommand("backfill", "put back a recording's gaps from the vehicle's SD log", "download"),
     Subcommand("sim", "a simulated PX4 that streams a ULog file", "live"),
     Subcommand("replay", "publish a recorded log to MQTT as if live", "live"),
     Subcommand("demo", "stream, record and decode a simulated flight", "live"),

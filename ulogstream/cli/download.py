@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from ulogstream.adapters.connection import open_transport
 from ulogstream.cli.live import run_quietly
-from ulogstream.cli.terminal import CliError, fit_line, plural, terminal_width
+from ulogstream.cli.terminal import EXIT_ERROR, CliError, fit_line, plural, terminal_width
 from ulogstream.config.loader import load_settings
+from ulogstream.recorder.backfill import BackfillOutcome, backfill_recording
 from ulogstream.recorder.download import LogDownloader, log_path
-from ulogstream.recorder.wiring import link_parts
+from ulogstream.recorder.wiring import LinkParts, link_parts
 
 RECEIVE_BUFFER = 8 << 20
 """A download's UDP receive buffer: PX4 sends a log at ~8 MB/s on a loopback or Ethernet link,
@@ -25,6 +26,26 @@ if TYPE_CHECKING:
 
     from ulogstream.download.packets import LogEntry
     from ulogstream.recorder.download import DownloadedLog, Progress
+
+
+def _add_link_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="TOML settings file for the [link] section")
+    parser.add_argument("--sysid", type=int, help="our MAVLink system id (default 254)")
+    parser.add_argument("--compid", type=int, help="our MAVLink component id (default 155)")
+    parser.add_argument("--baud", type=int, help="serial baud rate (default 921600)")
+    parser.add_argument("--signing-key-file", type=Path, help="MAVLink 2 signing key file")
+
+
+def _link(args: argparse.Namespace) -> LinkParts:
+    options = {
+        "link.connection": args.connection,
+        "link.sysid": args.sysid,
+        "link.compid": args.compid,
+        "link.baud": args.baud,
+        "link.signing_key_file": args.signing_key_file,
+    }
+    settings = load_settings(args.config, {k: v for k, v in options.items() if v is not None})
+    return link_parts(settings)
 
 
 def configure_download(parser: argparse.ArgumentParser) -> None:
@@ -45,24 +66,12 @@ def configure_download(parser: argparse.ArgumentParser) -> None:
         default=Path("downloads"),
         help="directory for the logs, as DIR/YYYY-MM-DD/HH_MM_SS.ulg (default ./downloads)",
     )
-    parser.add_argument("--config", type=Path, help="TOML settings file for the [link] section")
-    parser.add_argument("--sysid", type=int, help="our MAVLink system id (default 254)")
-    parser.add_argument("--compid", type=int, help="our MAVLink component id (default 155)")
-    parser.add_argument("--baud", type=int, help="serial baud rate (default 921600)")
-    parser.add_argument("--signing-key-file", type=Path, help="MAVLink 2 signing key file")
+    _add_link_arguments(parser)
 
 
 def run_download(args: argparse.Namespace) -> int:
     """List or download the vehicle's logs; a partial download is resumed by the next run."""
-    options = {
-        "link.connection": args.connection,
-        "link.sysid": args.sysid,
-        "link.compid": args.compid,
-        "link.baud": args.baud,
-        "link.signing_key_file": args.signing_key_file,
-    }
-    settings = load_settings(args.config, {k: v for k, v in options.items() if v is not None})
-    parts = link_parts(settings)
+    parts = _link(args)
     progress = ProgressBar(sys.stderr)
 
     async def main() -> int:
@@ -183,3 +192,86 @@ class ProgressBar:
             self._out.write("\n")
             self._out.flush()
             self._shown = False
+
+
+def configure_backfill(parser: argparse.ArgumentParser) -> None:
+    """``ulogstream backfill FILE CONNECTION [--id N] [--to-end] [--max-mb M]``."""
+    parser.add_argument("file", type=Path, metavar="FILE.ulg", help="a recording with gaps")
+    parser.add_argument("connection", help="the vehicle's link, e.g. udpin:0.0.0.0:14540")
+    parser.add_argument(
+        "--id", type=int, dest="log_id", metavar="N", help="the SD log to use (default: found)"
+    )
+    parser.add_argument(
+        "--to-end",
+        action="store_true",
+        help="also put back what the SD log has after the recording's end (its stream was lost"
+        " before the flight ended)",
+    )
+    parser.add_argument(
+        "--max-mb",
+        type=float,
+        default=200.0,
+        help="read at most this many MB over the link (default 200; a radio: a few)",
+    )
+    _add_link_arguments(parser)
+
+
+def run_backfill(args: argparse.Namespace) -> int:
+    """Put back a recording's gaps (and start) from the vehicle's SD log of the same flight."""
+    path: Path = args.file
+    try:
+        ended_at = path.stat().st_mtime
+    except OSError as err:
+        msg = f"cannot read {path}: {err.strerror or err}"
+        raise CliError(msg) from err
+    parts = _link(args)
+
+    async def main() -> BackfillOutcome:
+        transport = await open_transport(parts.connection, receive_buffer=RECEIVE_BUFFER)
+        try:
+            async with LogDownloader(transport=transport, codec=parts.codec) as downloader:
+                entries = await downloader.list_logs()
+                if args.log_id is not None:
+                    entries = tuple(e for e in entries if e.id == args.log_id)
+                    if not entries:
+                        msg = f"the vehicle has no log {args.log_id} (see download --list)"
+                        raise CliError(msg)
+                return await backfill_recording(
+                    downloader,
+                    path,
+                    entries,
+                    ended_at=ended_at,
+                    max_bytes=int(args.max_mb * 1e6),
+                    fill_end=args.to_end,
+                )
+        finally:
+            await transport.aclose()
+
+    started = time.monotonic()
+    outcome = run_quietly(main())
+    sys.stdout.write(backfill_text(path, outcome, time.monotonic() - started))
+    return 0 if outcome.entry is not None else EXIT_ERROR
+
+
+def backfill_text(path: Path, outcome: BackfillOutcome, seconds: float) -> str:
+    """What a backfill put back, from where, and what it could not."""
+    result = outcome.result
+    read = f"{outcome.fetched / 1e6:.2f} MB read over the link in {seconds:.1f} s"
+    if outcome.entry is None:
+        why = "the byte budget ran out" if outcome.budget_reached else read
+        return f"{path}: its flight is not on the vehicle's SD card ({why})\n"
+    entry = outcome.entry
+    lines = []
+    if result.patches:
+        lines.append(
+            f"{path}: {plural(len(result.filled), 'part')} put back from SD log {entry.id} "
+            f"({_when(entry)}): +{result.added / 1e3:.1f} kB, now {outcome.size / 1e6:.2f} MB; "
+            f"{read}"
+        )
+    else:
+        lines.append(f"{path}: nothing to put back from SD log {entry.id}; {read}")
+    lines += [f"  put back: {text}" for text in result.filled]
+    lines += [f"  still missing: {text}" for text in result.unfilled]
+    if outcome.budget_reached:
+        lines.append("  the byte budget (--max-mb) ran out: run again with a larger one")
+    return "".join(f"{line}\n" for line in lines)

@@ -111,6 +111,18 @@ def _finish(
     return file.finish()
 
 
+class _RangeBuffer:
+    """Where :meth:`LogDownloader.fetch` gathers a range: written as a file is."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start = start
+        self.data = bytearray(end - start)
+
+    def write(self, ofs: int, data: bytes) -> None:
+        position = ofs - self.start
+        self.data[position : position + len(data)] = data
+
+
 class LogDownloader:
     """Lists and downloads the logs of the autopilot on ``transport``.
 
@@ -142,7 +154,9 @@ class LogDownloader:
         self._autopilot: asyncio.Future[None] | None = None
         self._listing: LogListing | None = None
         self._transfer: LogTransfer | None = None
-        self._file: DownloadFile | None = None
+        self._file: DownloadFile | _RangeBuffer | None = None
+        self.fetched = 0
+        """LOG_DATA bytes received by :meth:`fetch` (resent ones included)."""
         self._done: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._finals: list[ListingOutput | TransferOutput] = []
@@ -238,6 +252,32 @@ class LogDownloader:
             requests=transfer.requests,
         )
 
+    async def fetch(self, entry: LogEntry, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``entry`` (clipped at its end), into memory.
+
+        Raises:
+            DownloadError: The vehicle stopped sending.
+        """
+        end = min(end, entry.size)
+        if end <= start:
+            return b""
+        buffer = _RangeBuffer(start, end)
+        transfer = LogTransfer(log_id=entry.id, size=end, held=[(0, start)] if start else [])
+        self._file, self._transfer = buffer, transfer
+        try:
+            outputs = await self._run(transfer.start, transfer.handle_timer, transfer.next_deadline)
+        finally:
+            self._file = self._transfer = None
+        for output in outputs:
+            if isinstance(output, TransferFailed):
+                msg = (
+                    f"the vehicle stopped sending log {entry.id} at byte {output.ofs} "
+                    f"({output.missing} bytes missing)"
+                )
+                raise DownloadError(msg)
+        self.fetched += transfer.received
+        return bytes(buffer.data)
+
     async def _run(
         self,
         start: Callable[[float], list[ListingOutput]] | Callable[[float], list[TransferOutput]],
@@ -271,7 +311,7 @@ class LogDownloader:
             if not done.done():
                 self._execute(handle_timer(now))
             transfer, file = self._transfer, self._file
-            if transfer is not None and file is not None and entry is not None:
+            if transfer is not None and isinstance(file, DownloadFile) and entry is not None:
                 if now >= checkpoint_at + self._checkpoint_s:
                     checkpoint_at = now
                     file.checkpoint(list(transfer.held))

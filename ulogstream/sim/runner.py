@@ -676,7 +676,7 @@ async def _serve(
                 if log_index is not None and log_index != delivered_log:
                     delivered_log = log_index
                     on_log_delivered(log_index)
-            if shell.logs_stopped and not repeat and not shell.wire_busy:
+            if shell.logs_stopped and not repeat and sd_card is None and not shell.wire_busy:
                 return
     finally:
         for task in (receive_task, stop_task):

@@ -1,0 +1,145 @@
+"""Completing a recording from the vehicle's SD log over MAVLink (``download.backfill``'s shell).
+
+:func:`backfill_recording` plans the recording's gaps, picks the SD log of the same flight
+(the entry nearest in time whose bytes hold the recording's first data), drives the
+:func:`~ulogstream.download.backfill.backfill` generator with ranges fetched by a
+:class:`~ulogstream.recorder.download.LogDownloader` (cached in blocks, within a byte budget),
+and replaces the recording with the completed log atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from ulogstream.adapters.download_file import write_patched
+from ulogstream.download.backfill import BackfillResult, backfill, plan_backfill
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+    from pathlib import Path
+
+    from ulogstream.download.backfill import Fetch
+    from ulogstream.download.packets import LogEntry
+    from ulogstream.recorder.download import LogDownloader
+
+BLOCK: Final = 16 << 10
+"""SD bytes are fetched and cached in blocks of this size."""
+
+CANDIDATES: Final = 3
+"""SD logs tried, nearest in time first, before the flight counts as not on the card."""
+
+
+@dataclass(slots=True)
+class BackfillOutcome:
+    """What a backfill did to one recording.
+
+    Attributes:
+        entry: The SD log used (None: none held the recording's data).
+        result: The core's result (patches, filled, unfilled).
+        fetched: Bytes read over the link.
+        budget_reached: The byte budget ran out (some gaps were not tried).
+        size: The recording's size afterwards.
+    """
+
+    entry: LogEntry | None = None
+    result: BackfillResult = field(default_factory=BackfillResult)
+    fetched: int = 0
+    budget_reached: bool = False
+    size: int = 0
+
+
+class SdLogReader:
+    """Ranges of one SD log, fetched in blocks and kept, within ``budget`` bytes over the link."""
+
+    def __init__(self, downloader: LogDownloader, entry: LogEntry, budget: int) -> None:
+        self._downloader = downloader
+        self._entry = entry
+        self._budget = budget
+        self._blocks: dict[int, bytes] = {}
+        self.fetched = 0
+        self.budget_reached = False
+
+    async def read(self, start: int, end: int) -> bytes:
+        """``[start, end)`` clipped at the log's end; b"" once the budget would be passed."""
+        end = min(end, self._entry.size)
+        if end <= start:
+            return b""
+        first, last = start // BLOCK, (end - 1) // BLOCK
+        missing = [n for n in range(first, last + 1) if n not in self._blocks]
+        cost = len(missing) * BLOCK
+        if self.fetched + cost > self._budget:
+            self.budget_reached = True
+            return b""
+        run_start = 0
+        for index, number in enumerate(missing):
+            if index == 0 or number != missing[index - 1] + 1:
+                run_start = number
+            if index + 1 == len(missing) or missing[index + 1] != number + 1:
+                data = await self._downloader.fetch(
+                    self._entry, run_start * BLOCK, (number + 1) * BLOCK
+                )
+                self.fetched += len(data)
+                for block in range(run_start, number + 1):
+                    offset = (block - run_start) * BLOCK
+                    self._blocks[block] = data[offset : offset + BLOCK]
+        joined = b"".join(self._blocks[n] for n in range(first, last + 1))
+        return joined[start - first * BLOCK : end - first * BLOCK]
+
+
+async def backfill_recording(
+    downloader: LogDownloader,
+    path: Path,
+    entries: tuple[LogEntry, ...],
+    *,
+    ended_at: float,
+    max_bytes: int,
+    fill_end: bool = False,
+) -> BackfillOutcome:
+    """Complete the recording at ``path`` from the vehicle's SD log of the same flight.
+
+    Args:
+        downloader: The link to the vehicle.
+        path: The recording (replaced by the completed log when anything was put back).
+        entries: The vehicle's logs (its listing).
+        ended_at: When the recording ended (UTC seconds): the SD log nearest this is tried
+            first (PX4's ``time_utc`` is the SD file's last write).
+        max_bytes: Bytes at most read over the link.
+        fill_end: Also put back what the SD log has after the recording's end.
+
+    Raises:
+        BackfillError: The recording is not a log with data.
+        DownloadError: The vehicle stopped answering.
+        DownloadFileError: The completed log cannot be written.
+    """
+    log = await asyncio.to_thread(path.read_bytes)
+    plan = plan_backfill(log)
+    outcome = BackfillOutcome(size=len(log))
+    candidates = sorted((e for e in entries if e.size), key=lambda e: abs(e.time_utc - ended_at))[
+        :CANDIDATES
+    ]
+    for entry in candidates:
+        reader = SdLogReader(downloader, entry, max_bytes - outcome.fetched)
+        result = await _drive(backfill(plan, entry.size, fill_end=fill_end), reader)
+        outcome.fetched += reader.fetched
+        outcome.budget_reached = reader.budget_reached
+        if result.found:
+            outcome.entry, outcome.result = entry, result
+            break
+    if outcome.result.patches:
+        outcome.size = await asyncio.to_thread(write_patched, path, outcome.result.patches)
+    return outcome
+
+
+async def _drive(
+    steps: Generator[Fetch, bytes, BackfillResult], reader: SdLogReader
+) -> BackfillResult:
+    """Run the backfill generator, reading each range it asks for."""
+    try:
+        fetch = next(steps)
+        while True:
+            fetch = steps.send(await reader.read(fetch.start, fetch.end))
+    except StopIteration as done:
+        result: BackfillResult = done.value
+        return result
