@@ -135,17 +135,21 @@ def test_an_sd_log_of_another_flight_changes_nothing() -> None:
     assert result.patches == []
 
 
-def test_the_sd_log_may_hold_more_before_and_after_the_flight() -> None:
-    """An SD log from boot: the flight's bytes lie deep inside it."""
-    before = io.BytesIO()
-    generate_flight_log(before, duration_s=20, seed=4)
-    head_end = FIRST_DATA
-    sd = FLIGHT[:head_end] + FLIGHT[head_end:] + FLIGHT[head_end:]  # the flight twice over
+def test_the_sd_log_may_hold_more_before_and_after_the_recording() -> None:
+    """An SD log from boot: the recording's bytes lie deep inside it."""
     first = BOUNDS.index(FIRST_DATA)
-    recording = recording_with_gaps([(first + 3000, first + 3500)])
-    result = run(backfill(plan_backfill(recording), len(sd), fill_start=False), sd)
+    begin, gap, stop = first + 4000, first + 9000, len(BOUNDS) - 4000
+    recording = (
+        FLIGHT[:FIRST_DATA]
+        + FLIGHT[BOUNDS[begin] : BOUNDS[gap]]
+        + encode_dropouts(900)
+        + FLIGHT[BOUNDS[gap + 700] : BOUNDS[stop]]
+    )
+    result = run(backfill(plan_backfill(recording), len(FLIGHT), fill_start=False), FLIGHT)
     assert result.unfilled == []
-    assert apply_patches(recording, result.patches) == FLIGHT
+    assert apply_patches(recording, result.patches) == (
+        FLIGHT[:FIRST_DATA] + FLIGHT[BOUNDS[begin] : BOUNDS[stop]]
+    )
 
 
 def test_a_file_that_is_not_a_log_is_refused() -> None:

@@ -145,3 +145,52 @@ async def test_no_vehicle_on_the_link_says_so() -> None:
         async with LogDownloader(transport=transport, codec=codec, heartbeat_timeout_s=0.3):
             pass
     await transport.aclose()
+
+
+@pytest.mark.asyncio
+async def test_backfill_puts_a_lossy_recordings_gaps_back_byte_for_byte(tmp_path: Path) -> None:
+    """Recorded with 3 % loss, then backfilled: the file is the vehicle's log, byte for byte.
+
+    The simulator streams the log and keeps it on its SD card.
+    """
+    flight = make_flight(tmp_path, duration_s=20, seed=8)
+    port = free_udp_port()
+    sim = vehicle(tmp_path, flight.path, port, "--loss", "0.03", "--speed", "4", "--rate", "usb")
+    try:
+        record = Process(
+            ["record", f"udpin:127.0.0.1:{port}", "--once", "--out", str(tmp_path / "rec"),
+             "--no-status"],
+            tmp_path,
+            name="record",
+        )  # fmt: skip
+        assert await record.await_exit(limit=60) == 0, record.stderr()
+        (recording,) = downloads(tmp_path / "rec")
+        recorded = recording.read_bytes()
+        assert len(recorded) < len(flight.data)  # the link lost some
+        fill = Process(
+            ["backfill", str(recording), f"udpin:127.0.0.1:{port}"], tmp_path, name="backfill"
+        )
+        assert await fill.await_exit(limit=90) == 0, fill.stderr()
+    finally:
+        sim.kill()
+    assert recording.read_bytes() == flight.data
+    assert "gaps put back from SD log 0" in fill.stdout()
+    assert "still missing" not in fill.stdout()
+    assert not list(recording.parent.glob("*.backfill"))
+
+
+@pytest.mark.asyncio
+async def test_backfill_of_a_flight_not_on_the_card_leaves_the_file_alone(tmp_path: Path) -> None:
+    other = make_flight(tmp_path, duration_s=3, seed=1)
+    flight = make_flight(tmp_path, duration_s=3, seed=2)
+    recording = tmp_path / "mine.ulg"
+    recording.write_bytes(flight.data)
+    port = free_udp_port()
+    sim = vehicle(tmp_path, other.path, port)
+    try:
+        fill = Process(["backfill", str(recording), f"udpin:127.0.0.1:{port}"], tmp_path)
+        assert await fill.await_exit(limit=60) == 1
+    finally:
+        sim.kill()
+    assert recording.read_bytes() == flight.data
+    assert "its flight is not on the vehicle's SD card" in fill.stdout()

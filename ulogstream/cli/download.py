@@ -20,6 +20,9 @@ RECEIVE_BUFFER = 8 << 20
 """A download's UDP receive buffer: PX4 sends a log at ~8 MB/s on a loopback or Ethernet link,
 faster than Python reads it in bursts (the kernel caps it at ``net.core.rmem_max``)."""
 
+UNFILLED_SHOWN = 10
+"""Gaps left as they were that the backfill summary names one by one."""
+
 if TYPE_CHECKING:
     import argparse
     from typing import TextIO
@@ -261,17 +264,25 @@ def backfill_text(path: Path, outcome: BackfillOutcome, seconds: float) -> str:
         why = "the byte budget ran out" if outcome.budget_reached else read
         return f"{path}: its flight is not on the vehicle's SD card ({why})\n"
     entry = outcome.entry
-    lines = []
-    if result.patches:
-        lines.append(
-            f"{path}: {plural(len(result.filled), 'part')} put back from SD log {entry.id} "
-            f"({_when(entry)}): +{result.added / 1e3:.1f} kB, now {outcome.size / 1e6:.2f} MB; "
-            f"{read}"
+    parts = []
+    if result.start_bytes:
+        parts.append(f"the start ({result.start_bytes / 1e3:.1f} kB)")
+    if result.gaps_filled:
+        parts.append(plural(result.gaps_filled, "gap"))
+    if result.end_bytes:
+        parts.append(f"the end ({result.end_bytes / 1e3:.1f} kB)")
+    if parts:
+        summary = (
+            f"{path}: {', '.join(parts)} put back from SD log {entry.id} ({_when(entry)}): "
+            f"+{result.added / 1e3:.1f} kB, now {outcome.size / 1e6:.2f} MB; {read}"
         )
+        lines = [summary]
     else:
-        lines.append(f"{path}: nothing to put back from SD log {entry.id}; {read}")
-    lines += [f"  put back: {text}" for text in result.filled]
-    lines += [f"  still missing: {text}" for text in result.unfilled]
+        lines = [f"{path}: nothing to put back from SD log {entry.id}; {read}"]
+    shown = result.unfilled[:UNFILLED_SHOWN]
+    lines += [f"  still missing: {text}" for text in shown]
+    if len(result.unfilled) > len(shown):
+        lines.append(f"  still missing: {len(result.unfilled) - len(shown)} more")
     if outcome.budget_reached:
         lines.append("  the byte budget (--max-mb) ran out: run again with a larger one")
     return "".join(f"{line}\n" for line in lines)

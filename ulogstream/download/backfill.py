@@ -51,6 +51,10 @@ CLOSE_US: Final = 300_000
 """A probe whose median timestamp is this close to the anchor's ends the binary search."""
 
 WINDOWS: Final = (32 << 10, 128 << 10, 512 << 10, 2 << 20)
+NEAR_WINDOWS: Final = (1 << 10, 4 << 10, 16 << 10, 64 << 10)
+GAP_REACH_FACTOR: Final = 4.0
+GAP_REACH_FLOOR: Final = 64 << 10
+"""Bytes after a gap's start searched first for the data after it (a few lost packets)."""
 """Half-widths of the byte windows searched for an anchor, widened in turn."""
 
 _D: Final = MessageType.DATA.value
@@ -106,6 +110,8 @@ class BackfillPlan:
         subscriptions: The msg_ids its 'A' messages define (an SD log's own 'A' for one of
             them is not copied).
         data_sizes: The payload size of each msg_id's 'D' messages (probes are checked with it).
+        bytes_per_us: The recording's bytes per microsecond of log time (how far an SD log's
+            bytes for a gap of a given duration may reach).
     """
 
     size: int
@@ -115,6 +121,7 @@ class BackfillPlan:
     last: Anchor
     subscriptions: frozenset[int]
     data_sizes: dict[int, int] = field(hash=False)
+    bytes_per_us: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +150,18 @@ class BackfillResult:
         filled: Gaps (and the start and end, when filled) put back whole.
         unfilled: Gaps left as they were, and why.
         found: Whether the recording's data was found in this SD log at all.
+        gaps_filled: Gaps put back.
+        start_bytes: Bytes put back before the recording's first data (the flight's start).
+        end_bytes: Bytes put back after its end.
     """
 
     patches: list[Patch] = field(default_factory=list)
     filled: list[str] = field(default_factory=list)
     unfilled: list[str] = field(default_factory=list)
     found: bool = False
+    gaps_filled: int = 0
+    start_bytes: int = 0
+    end_bytes: int = 0
 
     @property
     def added(self) -> int:
@@ -259,7 +272,16 @@ def plan_backfill(log: bytes) -> BackfillPlan:
         last=Anchor(log[last_start:end], stamp_near(end, after=False)),
         subscriptions=frozenset(subscriptions),
         data_sizes=data_sizes,
+        bytes_per_us=_rate(stamps),
     )
+
+
+def _rate(stamps: list[tuple[int, int]]) -> float:
+    """Bytes per microsecond between the first and last data message (0: one instant)."""
+    (first_offset, first_time), (last_offset, last_time) = stamps[0], stamps[-1]
+    if last_time <= first_time:
+        return 0.0
+    return (last_offset - first_offset) / (last_time - first_time)
 
 
 def _anchor_start(recent: deque[int], end: int) -> int:
@@ -294,7 +316,6 @@ def backfill(
         result.unfilled.append("the recording's first data is not in this SD log")
         return result
     result.found = True
-    cursor = first  # the SD offset of the recording's data found last: later ones lie beyond
     if fill_start:
         head = yield from _sd_data_start(sd_size)
         if head is not None and head < first:
@@ -305,26 +326,43 @@ def backfill(
             elif kept:
                 result.patches.append(Patch(plan.first_data, 0, kept))
                 result.filled.append(f"start: {len(kept)} bytes")
+                result.start_bytes = len(kept)
+    # Between gaps the recording is the SD log byte for byte: (sd, rec) pairs an SD offset with
+    # the recording's offset of the same byte in the run of data being read.
+    sd, rec = first, plan.first_data
     for gap in plan.gaps:
-        before = yield from _locate(gap.before, sd_size, sizes, cursor, sd_size)
+        expected = sd + (gap.offset - len(gap.before.data) - rec)
+        before = yield from _expect(gap.before, expected)
+        if before is None:
+            before = yield from _locate(gap.before, sd_size, sizes, sd, sd_size)
         if before is None:
             result.unfilled.append(f"gap at {gap.offset}: its data before is not found")
             continue
         start = before + len(gap.before.data)
-        after = yield from _locate(gap.after, sd_size, sizes, start, sd_size)
+        # The lost bytes span the gap's time at the log's rate (4x, and 64 kB, for safety).
+        lost_us = max(0, gap.after.timestamp_us - gap.before.timestamp_us)
+        reach = max(GAP_REACH_FLOOR, int(GAP_REACH_FACTOR * plan.bytes_per_us * lost_us))
+        after = yield from _find_after(gap.after, sizes, start, min(sd_size, start + reach))
         if after is None:
             result.unfilled.append(f"gap at {gap.offset}: its data after is not found")
             continue
-        cursor = after
+        sd, rec = after, gap.offset + gap.length
         data = yield Fetch(start, after)
+        if len(data) != after - start:
+            result.unfilled.append(f"gap at {gap.offset}: not read (the byte budget)")
+            continue
         kept = _whole_messages(data, sizes)
-        if kept is None or len(data) != after - start:
+        if kept is None:
             result.unfilled.append(f"gap at {gap.offset}: the SD bytes are not whole messages")
             continue
         result.patches.append(Patch(gap.offset, gap.length, kept))
         result.filled.append(f"gap at {gap.offset}: {len(kept)} bytes")
+        result.gaps_filled += 1
     if fill_end:
-        last = yield from _locate(plan.last, sd_size, sizes, cursor, sd_size)
+        expected = sd + (plan.size - len(plan.last.data) - rec)
+        last = yield from _expect(plan.last, expected)
+        if last is None:
+            last = yield from _locate(plan.last, sd_size, sizes, sd, sd_size)
         if last is not None and last + len(plan.last.data) < sd_size:
             data = yield Fetch(last + len(plan.last.data), sd_size)
             whole = _whole_end_of(data)
@@ -332,7 +370,35 @@ def backfill(
             if kept:
                 result.patches.append(Patch(plan.size, 0, kept))
                 result.filled.append(f"end: {len(kept)} bytes")
+                result.end_bytes = len(kept)
     return result
+
+
+def _expect(anchor: Anchor, offset: int) -> Generator[Fetch, bytes, int | None]:
+    """``offset`` if the SD log holds ``anchor.data`` there (a position worked out, checked)."""
+    if offset < 0 or len(anchor.data) < MIN_ANCHOR_BYTES:
+        return None
+    data = yield Fetch(offset, offset + len(anchor.data))
+    return offset if data == anchor.data else None
+
+
+def _find_after(
+    anchor: Anchor, sizes: dict[int, int], start: int, end: int
+) -> Generator[Fetch, bytes, int | None]:
+    """The first SD offset from ``start`` holding ``anchor.data``.
+
+    Near ``start`` first (most gaps are a few lost packets), then by its timestamp (a blackout).
+    """
+    if len(anchor.data) < MIN_ANCHOR_BYTES:
+        return None
+    for width in NEAR_WINDOWS:
+        data = yield Fetch(start, min(end, start + width + len(anchor.data)))
+        found = data.find(anchor.data)
+        if found >= 0:
+            return start + found
+        if start + width >= end:
+            return None
+    return (yield from _locate(anchor, end, sizes, start, end))
 
 
 def _locate(

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ulogstream.download.packets import LogEntry
     from ulogstream.recorder.download import LogDownloader
 
-BLOCK: Final = 16 << 10
+BLOCK: Final = 2 << 10
 """SD bytes are fetched and cached in blocks of this size."""
 
 CANDIDATES: Final = 3
