@@ -15,6 +15,7 @@ from ulogstream.download.backfill import (
     Fetch,
     apply_patches,
     backfill,
+    merge_recordings,
     plan_backfill,
 )
 from ulogstream.download.transfer import ByteRanges
@@ -157,3 +158,39 @@ def test_a_file_that_is_not_a_log_is_refused() -> None:
         plan_backfill(b"hello")
     with pytest.raises(BackfillError, match="no data messages"):
         plan_backfill(FLIGHT[:FIRST_DATA])
+
+
+def test_a_restarted_streams_recordings_merge_into_the_flight() -> None:
+    """PX4 ended its stream in a blackout and a new one began: two recordings, one flight."""
+    first = BOUNDS.index(FIRST_DATA)
+    piece1 = FLIGHT[: BOUNDS[first + 6000]]
+    piece2 = FLIGHT[:FIRST_DATA] + FLIGHT[BOUNDS[first + 9000] :]  # its own header first
+    merged = merge_recordings([piece1, piece2])
+    plan = plan_backfill(merged)
+    assert len(plan.gaps) == 1
+    result = run(backfill(plan, len(FLIGHT)), FLIGHT)
+    assert result.unfilled == []
+    assert apply_patches(merged, result.patches) == FLIGHT
+
+
+def test_new_subscriptions_of_a_restarted_stream_go_before_its_gap() -> None:
+    first = BOUNDS.index(FIRST_DATA)
+    subscription = bytes([5, 0, ord("A"), 0, 77, 0]) + b"xy"  # msg_id 77
+    subscription = bytes([len(subscription) - 3, 0]) + subscription[2:]
+    piece1 = FLIGHT[: BOUNDS[first + 100]]
+    piece2 = FLIGHT[:FIRST_DATA] + subscription + FLIGHT[BOUNDS[first + 200] :]
+    merged = merge_recordings([piece1, piece2])
+    assert merged.startswith(piece1 + subscription)
+    gap = plan_backfill(merged).gaps[0]
+    assert gap.offset == len(piece1)  # the gap takes the subscription with it
+
+
+def test_a_recording_whose_data_begins_with_a_gap_gets_its_start_back() -> None:
+    """PX4 SITL loses a few packets right after the header on every run."""
+    first = BOUNDS.index(FIRST_DATA)
+    recording = FLIGHT[:FIRST_DATA] + encode_dropouts(20) + FLIGHT[BOUNDS[first + 40] :]
+    plan = plan_backfill(recording)
+    assert plan.gaps == ()
+    assert plan.start_length == len(encode_dropouts(20))
+    result = run(backfill(plan, len(FLIGHT)), FLIGHT)
+    assert apply_patches(recording, result.patches) == FLIGHT

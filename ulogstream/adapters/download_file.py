@@ -173,6 +173,32 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def merge_into(first: Path, others: Sequence[Path], merged: bytes) -> None:
+    """Replace ``first`` with ``merged`` atomically, then remove ``others`` (merged into it).
+
+    A power cut before the rename leaves every recording; after it, ``merged`` holds them all,
+    so removing the others loses nothing.
+
+    Raises:
+        DownloadFileError: A file cannot be written or removed.
+    """
+    temporary = first.with_name(first.name + ".merge")
+    try:
+        with temporary.open("wb") as target:
+            target.write(merged)
+            target.flush()
+            os.fsync(target.fileno())
+        temporary.replace(first)
+        _fsync_dir(first.parent)
+        for other in others:
+            other.unlink()
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        msg = f"cannot merge into {first}: {err.strerror or err}"
+        raise DownloadFileError(msg) from err
+
+
 def write_patched(path: Path, patches: Sequence[Patch]) -> int:
     """Replace ``path`` by itself with ``patches`` applied, atomically; returns its new size.
 

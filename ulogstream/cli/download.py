@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ulogstream.adapters.connection import open_transport
+from ulogstream.adapters.download_file import merge_into
 from ulogstream.cli.live import run_quietly
 from ulogstream.cli.terminal import EXIT_ERROR, CliError, fit_line, plural, terminal_width
 from ulogstream.config.loader import load_settings
+from ulogstream.download.backfill import BackfillError, merge_recordings
 from ulogstream.recorder.backfill import BackfillOutcome, backfill_recording
 from ulogstream.recorder.download import LogDownloader, log_path
 from ulogstream.recorder.wiring import LinkParts, link_parts
@@ -198,8 +200,15 @@ class ProgressBar:
 
 
 def configure_backfill(parser: argparse.ArgumentParser) -> None:
-    """``ulogstream backfill FILE CONNECTION [--id N] [--to-end] [--max-mb M]``."""
-    parser.add_argument("file", type=Path, metavar="FILE.ulg", help="a recording with gaps")
+    """``ulogstream backfill FILE [FILE...] CONNECTION [--id N] [--to-end] [--max-mb M]``."""
+    parser.add_argument(
+        "files",
+        type=Path,
+        nargs="+",
+        metavar="FILE.ulg",
+        help="a recording with gaps, or the recordings of one flight (its stream restarted),"
+        " oldest first: merged into the first",
+    )
     parser.add_argument("connection", help="the vehicle's link, e.g. udpin:0.0.0.0:14540")
     parser.add_argument(
         "--id", type=int, dest="log_id", metavar="N", help="the SD log to use (default: found)"
@@ -221,13 +230,22 @@ def configure_backfill(parser: argparse.ArgumentParser) -> None:
 
 def run_backfill(args: argparse.Namespace) -> int:
     """Put back a recording's gaps (and start) from the vehicle's SD log of the same flight."""
-    path: Path = args.file
+    files: list[Path] = args.files
+    path = files[0]
     try:
-        ended_at = path.stat().st_mtime
+        ended_at = max(file.stat().st_mtime for file in files)
     except OSError as err:
-        msg = f"cannot read {path}: {err.strerror or err}"
+        msg = f"cannot read {err.filename}: {err.strerror or err}"
         raise CliError(msg) from err
     parts = _link(args)
+    if len(files) > 1:
+        try:
+            merged = merge_recordings([file.read_bytes() for file in files])
+        except BackfillError as err:
+            msg = f"cannot merge {', '.join(map(str, files))}: {err}"
+            raise CliError(msg) from err
+        merge_into(path, files[1:], merged)
+        sys.stdout.write(f"{path}: {len(files)} recordings of the flight merged into it\n")
 
     async def main() -> BackfillOutcome:
         transport = await open_transport(parts.connection, receive_buffer=RECEIVE_BUFFER)

@@ -24,16 +24,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from ulogstream.errors import UlogstreamError
 from ulogstream.ulog.spec import (
     DEFINITION_TYPES,
     HEADER_SIZE,
     MAGIC,
     MESSAGE_HEADER_SIZE,
     MessageType,
+    encode_dropouts,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Generator, Sequence
 
 ANCHOR_BYTES: Final = 64
 """Bytes of a recording matched against the SD log on each side of a gap, in whole messages
@@ -112,6 +114,8 @@ class BackfillPlan:
         data_sizes: The payload size of each msg_id's 'D' messages (probes are checked with it).
         bytes_per_us: The recording's bytes per microsecond of log time (how far an SD log's
             bytes for a gap of a given duration may reach).
+        start_length: Bytes of a dropout run right before ``first_data`` (the recording's data
+            began with a gap): the flight's start replaces them.
     """
 
     size: int
@@ -122,6 +126,7 @@ class BackfillPlan:
     subscriptions: frozenset[int]
     data_sizes: dict[int, int] = field(hash=False)
     bytes_per_us: float = 0.0
+    start_length: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +174,7 @@ class BackfillResult:
         return sum(len(p.data) - p.length for p in self.patches)
 
 
-class BackfillError(ValueError):
+class BackfillError(UlogstreamError):
     """The recording is not a ULog log with a data section (nothing to anchor on)."""
 
 
@@ -208,12 +213,15 @@ def plan_backfill(log: bytes) -> BackfillPlan:
     recent: deque[int] = deque(maxlen=_RECENT)  # offsets of the last data-run messages
     befores: list[int] = []  # each run's before-anchor start
     end = HEADER_SIZE
+    subscribing: int | None = None  # the start of the run of 'A' messages just read
     for offset, size, kind in _messages(log, HEADER_SIZE):
         end = offset + MESSAGE_HEADER_SIZE + size
         if kind == _A:
             subscriptions.add(_unpack_u16(log, offset + MESSAGE_HEADER_SIZE + 1)[0])
             if first_data < 0:
                 continue
+            if subscribing is None:
+                subscribing = offset
         elif kind in _DEFINITIONS and first_data < 0:
             continue
         if first_data < 0:
@@ -222,10 +230,16 @@ def plan_backfill(log: bytes) -> BackfillPlan:
             if runs and runs[-1][1] == offset:
                 runs[-1][1] = end
             else:
-                runs.append([offset, end])
-                befores.append(_anchor_start(recent, offset))
+                # Subscriptions right before a dropout belong to the gap: a merged recording
+                # puts a restarted stream's new ones there (the SD log has them in the gap).
+                start = offset if subscribing is None else subscribing
+                runs.append([start, end])
+                befores.append(_anchor_start(deque(o for o in recent if o < start), start))
             recent.clear()
+            subscribing = None
             continue
+        if kind != _A:
+            subscribing = None
         recent.append(offset)
         if kind == _D and size >= 10:  # noqa: PLR2004 (msg_id and a timestamp)
             msg_id = _unpack_u16(log, offset + MESSAGE_HEADER_SIZE)[0]
@@ -263,12 +277,20 @@ def plan_backfill(log: bytes) -> BackfillPlan:
                 Anchor(after_anchor(stop, next_run), stamp_near(stop, after=True)),
             )
         )
-    first_limit = runs[0][0] if runs else end
+    start_length = 0
+    if gaps and gaps[0].offset == first_data:
+        # No data before the first gap (PX4 SITL loses packets right after the header): the
+        # gap is the flight's start, put back from the SD log's data start.
+        leading = gaps.pop(0)
+        start_length = leading.length
+        first_data += leading.length
+    first_limit = gaps[0].offset if gaps else end
     return BackfillPlan(
         size=end,
         first_data=first_data,
         first=Anchor(after_anchor(first_data, first_limit), stamp_near(first_data, after=True)),
         gaps=tuple(gaps),
+        start_length=start_length,
         last=Anchor(log[last_start:end], stamp_near(end, after=False)),
         subscriptions=frozenset(subscriptions),
         data_sizes=data_sizes,
@@ -324,13 +346,22 @@ def backfill(
             if kept is None:
                 result.unfilled.append("start: the SD bytes are not whole messages")
             elif kept:
-                result.patches.append(Patch(plan.first_data, 0, kept))
+                start = plan.first_data - plan.start_length
+                result.patches.append(Patch(start, plan.start_length, kept))
                 result.filled.append(f"start: {len(kept)} bytes")
                 result.start_bytes = len(kept)
     # Between gaps the recording is the SD log byte for byte: (sd, rec) pairs an SD offset with
     # the recording's offset of the same byte in the run of data being read.
     sd, rec = first, plan.first_data
-    for gap in plan.gaps:
+    sd_ended = False
+    for number, gap in enumerate(plan.gaps):
+        if sd_ended:
+            # The SD log stopped before the recording did (PX4's SD log ends at disarm when it
+            # runs only while armed): the rest of the recording is not on the card.
+            result.unfilled.append(
+                f"{len(plan.gaps) - number} gap(s) from {gap.offset} on: after the SD log's end"
+            )
+            break
         expected = sd + (gap.offset - len(gap.before.data) - rec)
         before = yield from _expect(gap.before, expected)
         if before is None:
@@ -344,7 +375,11 @@ def backfill(
         reach = max(GAP_REACH_FLOOR, int(GAP_REACH_FACTOR * plan.bytes_per_us * lost_us))
         after = yield from _find_after(gap.after, sizes, start, min(sd_size, start + reach))
         if after is None:
-            result.unfilled.append(f"gap at {gap.offset}: its data after is not found")
+            if start + reach >= sd_size:
+                sd_ended = True
+                result.unfilled.append(f"gap at {gap.offset}: after the SD log's end")
+            else:
+                result.unfilled.append(f"gap at {gap.offset}: its data after is not found")
             continue
         sd, rec = after, gap.offset + gap.length
         data = yield Fetch(start, after)
@@ -535,3 +570,38 @@ def apply_patches(log: bytes, patches: list[Patch]) -> bytes:
         position = patch.offset + patch.length
     out += log[position:]
     return bytes(out)
+
+
+def merge_recordings(logs: Sequence[bytes]) -> bytes:
+    """The recordings of one flight (its stream restarted) as one log with gaps between them.
+
+    The first is kept whole; each later one's data section follows a dropout (its duration the
+    time between the two, by their data timestamps), preceded by the subscriptions ('A') of its
+    head that the log so far lacks. The gaps are then backfilled like any other: a restarted
+    stream is a slice of the same SD log.
+
+    Raises:
+        BackfillError: One of them is not a ULog file with data.
+    """
+    merged = bytearray(logs[0])
+    known = set(plan_backfill(logs[0]).subscriptions)
+    last_us = _last_stamp(logs[0])
+    for log in logs[1:]:
+        plan = plan_backfill(log)
+        for offset, size, kind in _messages(log, HEADER_SIZE):
+            if offset >= plan.first_data:
+                break
+            if kind == _A:
+                msg_id = _unpack_u16(log, offset + MESSAGE_HEADER_SIZE + 1)[0]
+                if msg_id not in known:
+                    known.add(msg_id)
+                    merged += log[offset : offset + MESSAGE_HEADER_SIZE + size]
+        gap_ms = max(0, plan.first.timestamp_us - last_us) // 1000
+        merged += encode_dropouts(max(1, gap_ms))
+        merged += log[plan.first_data : plan.size]
+        last_us = _last_stamp(log)
+    return bytes(merged)
+
+
+def _last_stamp(log: bytes) -> int:
+    return plan_backfill(log).last.timestamp_us

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 BLOCK: Final = 2 << 10
 """SD bytes are fetched and cached in blocks of this size."""
 
+READ_AHEAD_ROUND_TRIPS: Final = 8
+"""Bytes read ahead of a fetch: this many round trips' worth at the measured rate."""
+
 CANDIDATES: Final = 3
 """SD logs tried, nearest in time first, before the flight counts as not on the card."""
 
@@ -67,11 +70,20 @@ class SdLogReader:
         if end <= start:
             return b""
         first, last = start // BLOCK, (end - 1) // BLOCK
-        missing = [n for n in range(first, last + 1) if n not in self._blocks]
-        cost = len(missing) * BLOCK
-        if self.fetched + cost > self._budget:
+        # Read ahead as much as a few round trips carry: on a fast link a request costs far
+        # more than the bytes (the next gaps are close by), on a radio nothing is read ahead.
+        downloader = self._downloader
+        ahead = int(downloader.rate * downloader.round_trip_s * READ_AHEAD_ROUND_TRIPS)
+        wanted = min(max(last, (end + ahead) // BLOCK), (self._entry.size - 1) // BLOCK)
+        missing = [n for n in range(first, wanted + 1) if n not in self._blocks]
+        while missing and missing[-1] > last and missing[-1] != missing[0] + len(missing) - 1:
+            missing.pop()  # read ahead only as one request, up to the first block held
+        needed = sum(1 for n in missing if n <= last) * BLOCK
+        if self.fetched + needed > self._budget:
             self.budget_reached = True
             return b""
+        while missing and missing[-1] > last and self.fetched + len(missing) * BLOCK > self._budget:
+            missing.pop()  # read ahead only within the budget
         run_start = 0
         for index, number in enumerate(missing):
             if index == 0 or number != missing[index - 1] + 1:

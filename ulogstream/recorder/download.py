@@ -24,6 +24,7 @@ from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.download.listing import ListingDone, ListingFailed, LogListing
 from ulogstream.download.packets import LogData, LogEntry, LogRequestEnd
 from ulogstream.download.transfer import (
+    RESPONSE_TIMEOUT_S,
     LogTransfer,
     TransferDone,
     TransferFailed,
@@ -46,6 +47,10 @@ HEARTBEAT_TIMEOUT_S: Final = 10.0
 
 CHECKPOINT_S: Final = 1.0
 """Seconds between checkpoints of a download: what a crash can cost to download again."""
+
+RESPONSE_FLOOR_S: Final = 0.25
+"""The shortest wait for a fetch's first data once round trips are measured (a lost request
+costs this, not a radio's worst case)."""
 
 PROGRESS_S: Final = 0.25
 """Seconds between progress reports."""
@@ -157,6 +162,10 @@ class LogDownloader:
         self._file: DownloadFile | _RangeBuffer | None = None
         self.fetched = 0
         """LOG_DATA bytes received by :meth:`fetch` (resent ones included)."""
+        self.round_trip_s = 0.0
+        """Request to first data, as the last :meth:`fetch` measured it (0: not yet)."""
+        self.rate = 0.0
+        """LOG_DATA bytes per second, as the last :meth:`fetch` measured it (0: not yet)."""
         self._done: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._finals: list[ListingOutput | TransferOutput] = []
@@ -262,7 +271,12 @@ class LogDownloader:
         if end <= start:
             return b""
         buffer = _RangeBuffer(start, end)
-        transfer = LogTransfer(log_id=entry.id, size=end, held=[(0, start)] if start else [])
+        transfer = LogTransfer(
+            log_id=entry.id,
+            size=end,
+            held=[(0, start)] if start else [],
+            response_timeout_s=self._response_timeout(),
+        )
         self._file, self._transfer = buffer, transfer
         try:
             outputs = await self._run(transfer.start, transfer.handle_timer, transfer.next_deadline)
@@ -276,7 +290,17 @@ class LogDownloader:
                 )
                 raise DownloadError(msg)
         self.fetched += transfer.received
+        if transfer.round_trip_s:
+            self.round_trip_s = transfer.round_trip_s
+        if transfer.rate:
+            self.rate = transfer.rate
         return bytes(buffer.data)
+
+    def _response_timeout(self) -> float:
+        """How long a request may go unanswered: a few measured round trips once known."""
+        if not self.round_trip_s:
+            return RESPONSE_TIMEOUT_S
+        return min(RESPONSE_TIMEOUT_S, max(RESPONSE_FLOOR_S, 5 * self.round_trip_s))
 
     async def _run(
         self,
