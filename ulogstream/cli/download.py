@@ -214,6 +214,12 @@ def configure_backfill(parser: argparse.ArgumentParser) -> None:
         "--id", type=int, dest="log_id", metavar="N", help="the SD log to use (default: found)"
     )
     parser.add_argument(
+        "--no-start",
+        action="store_true",
+        help="do not put back what the SD log has before the recording's first data (an SD log"
+        " from boot holds the whole time on the ground)",
+    )
+    parser.add_argument(
         "--to-end",
         action="store_true",
         help="also put back what the SD log has after the recording's end (its stream was lost"
@@ -263,6 +269,7 @@ def run_backfill(args: argparse.Namespace) -> int:
                     entries,
                     ended_at=ended_at,
                     max_bytes=int(args.max_mb * 1e6),
+                    fill_start=not args.no_start,
                     fill_end=args.to_end,
                 )
         finally:

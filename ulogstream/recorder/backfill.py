@@ -107,6 +107,7 @@ async def backfill_recording(
     *,
     ended_at: float,
     max_bytes: int,
+    fill_start: bool = True,
     fill_end: bool = False,
 ) -> BackfillOutcome:
     """Complete the recording at ``path`` from the vehicle's SD log of the same flight.
@@ -118,6 +119,7 @@ async def backfill_recording(
         ended_at: When the recording ended (UTC seconds): the SD log nearest this is tried
             first (PX4's ``time_utc`` is the SD file's last write).
         max_bytes: Bytes at most read over the link.
+        fill_start: Put back what the SD log has before the recording's first data.
         fill_end: Also put back what the SD log has after the recording's end.
 
     Raises:
@@ -133,7 +135,8 @@ async def backfill_recording(
     ]
     for entry in candidates:
         reader = SdLogReader(downloader, entry, max_bytes - outcome.fetched)
-        result = await _drive(backfill(plan, entry.size, fill_end=fill_end), reader)
+        steps = backfill(plan, entry.size, fill_start=fill_start, fill_end=fill_end)
+        result = await _drive(steps, reader)
         outcome.fetched += reader.fetched
         outcome.budget_reached = reader.budget_reached
         if result.found:
