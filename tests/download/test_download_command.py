@@ -194,3 +194,40 @@ async def test_backfill_of_a_flight_not_on_the_card_leaves_the_file_alone(tmp_pa
         sim.kill()
     assert recording.read_bytes() == flight.data
     assert "its flight is not on the vehicle's SD card" in fill.stdout()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backfill", [True, False])
+async def test_record_while_armed_completes_each_flight_from_the_sd_card(
+    tmp_path: Path, *, backfill: bool
+) -> None:
+    """Recorded while armed with 3 % loss, the flight's file is the vehicle's log byte for byte.
+
+    The simulator flies once (armed until its log is delivered). Backfill is on by default;
+    with --no-backfill the file keeps its dropouts.
+    """
+    flight = make_flight(tmp_path, duration_s=15, seed=6)
+    port = free_udp_port()
+    sim = vehicle(
+        tmp_path, flight.path, port, "--armed", "--hold-end", "--loss", "0.03", "--speed", "4",
+        "--rate", "usb",
+    )  # fmt: skip
+    out = tmp_path / "rec"
+    try:
+        record = Process(
+            ["record", f"udpin:127.0.0.1:{port}", "--while-armed", "--once", "--out", str(out),
+             "--no-status", *([] if backfill else ["--no-backfill"])],
+            tmp_path,
+            name="record",
+        )  # fmt: skip
+        assert await record.await_exit(limit=90) == 0, record.stderr()
+    finally:
+        sim.kill()
+    (recording,) = downloads(out)
+    if backfill:
+        assert recording.read_bytes() == flight.data
+        assert "backfilled" in record.stdout()
+        assert "gap(s) from SD log 0" in record.stderr()
+    else:
+        assert len(recording.read_bytes()) < len(flight.data)
+        assert "backfill" not in record.stderr()

@@ -69,6 +69,11 @@ def _add_link_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--min-free-mb", type=int, help="stop recording below this free space")
     parser.add_argument(
+        "--no-backfill",
+        action="store_true",
+        help="with --while-armed: do not complete each flight's log from the vehicle's SD log",
+    )
+    parser.add_argument(
         "--while-armed",
         action="store_true",
         help="record each flight: stream from arming to just after disarming, one log per flight"
@@ -117,6 +122,7 @@ def _settings(args: argparse.Namespace, *, connection: str | None = None) -> Set
         "recording.idle_timeout_s": args.idle_timeout,
         "recording.min_free_mb": args.min_free_mb,
         "recording.mode": "while_armed" if args.while_armed else None,
+        "backfill.enabled": False if args.no_backfill else None,
         "mqtt.url": args.mqtt,
         "mqtt.default_rate_hz": args.mqtt_rate,
         "mqtt.vehicle_id": args.vehicle_id,

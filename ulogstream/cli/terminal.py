@@ -154,6 +154,8 @@ def exit_summary(recorder: Recorder) -> list[str]:
     lines += [f"  {log.path}" for log in finished[-10:]]
     if len(finished) > 10:  # noqa: PLR2004
         lines.insert(1, f"  ... {len(finished) - 10} earlier ones in {finished[0].path.parent}")
+    if recorder.flights is not None:
+        lines += [f"{path}: {note}" for path, note in recorder.flights.notes[-10:]]
     publisher = recorder.publisher
     if publisher is not None:
         sink = publisher.sink

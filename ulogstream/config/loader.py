@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal, get_args, get_origin
 
 from ulogstream.config.sections import (
     GROUPS,
+    BackfillSettings,
     FoxgloveSettings,
     LinkSettings,
     LogSettings,
@@ -98,6 +99,7 @@ def load_settings(
             recording=RecordingSettings(**groups.get("recording", {})),  # type: ignore[arg-type]
             mqtt=MqttSettings(**groups.get("mqtt", {})),  # type: ignore[arg-type]
             foxglove=FoxgloveSettings(**groups.get("foxglove", {})),  # type: ignore[arg-type]
+            backfill=BackfillSettings(**groups.get("backfill", {})),  # type: ignore[arg-type]
             upload=_build(UploadSettings, groups.get("upload", {})),
             log=LogSettings(**groups.get("log", {})),  # type: ignore[arg-type]
             systemd=SystemdSettings(**groups.get("systemd", {})),  # type: ignore[arg-type]

@@ -515,6 +515,25 @@ class FlightReviewSettings:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class BackfillSettings:
+    """Completing each flight's log from the vehicle's SD log (``recording.mode = while_armed``).
+
+    Attributes:
+        enabled: After each flight (the vehicle disarmed), merge its recordings and put back
+            their start and gaps from the vehicle's own SD log over the same link, before the
+            log is announced and uploaded.
+        max_mb: MB a flight's backfill may read over the link (a telemetry radio carries about
+            4.7 kB/s of log: 5 MB take 18 minutes).
+    """
+
+    enabled: bool = True
+    max_mb: float = 200.0
+
+    def __post_init__(self) -> None:
+        require(self.max_mb > 0, "backfill.max_mb", f"must be > 0 MB, not {self.max_mb}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class UploadSettings:
     """Shipping each finished log off the vehicle, to a target (a command, Flight Review, S3).
 
@@ -611,6 +630,7 @@ class Settings:
     recording: RecordingSettings = field(default_factory=RecordingSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     foxglove: FoxgloveSettings = field(default_factory=FoxgloveSettings)
+    backfill: BackfillSettings = field(default_factory=BackfillSettings)
     upload: UploadSettings = field(default_factory=UploadSettings)
     log: LogSettings = field(default_factory=LogSettings)
     systemd: SystemdSettings = field(default_factory=SystemdSettings)
@@ -621,6 +641,7 @@ GROUPS: dict[str, type[DataclassInstance]] = {
     "recording": RecordingSettings,
     "mqtt": MqttSettings,
     "foxglove": FoxgloveSettings,
+    "backfill": BackfillSettings,
     "upload": UploadSettings,
     "log": LogSettings,
     "systemd": SystemdSettings,

@@ -27,8 +27,11 @@ if TYPE_CHECKING:
 BLOCK: Final = 2 << 10
 """SD bytes are fetched and cached in blocks of this size."""
 
-READ_AHEAD_ROUND_TRIPS: Final = 8
-"""Bytes read ahead of a fetch: this many round trips' worth at the measured rate."""
+READ_AHEAD_ROUND_TRIPS: Final = 2
+"""Bytes read ahead of a fetch: this many round trips' worth at the measured rate..."""
+
+READ_AHEAD_MAX: Final = 64 << 10
+"""... and at most this many: a burst larger than the receive buffers is lost in part."""
 
 CANDIDATES: Final = 3
 """SD logs tried, nearest in time first, before the flight counts as not on the card."""
@@ -73,7 +76,9 @@ class SdLogReader:
         # Read ahead as much as a few round trips carry: on a fast link a request costs far
         # more than the bytes (the next gaps are close by), on a radio nothing is read ahead.
         downloader = self._downloader
-        ahead = int(downloader.rate * downloader.round_trip_s * READ_AHEAD_ROUND_TRIPS)
+        ahead = min(
+            READ_AHEAD_MAX, int(downloader.rate * downloader.round_trip_s * READ_AHEAD_ROUND_TRIPS)
+        )
         wanted = min(max(last, (end + ahead) // BLOCK), (self._entry.size - 1) // BLOCK)
         missing = [n for n in range(first, wanted + 1) if n not in self._blocks]
         while missing and missing[-1] > last and missing[-1] != missing[0] + len(missing) - 1:

@@ -131,9 +131,16 @@ class _RangeBuffer:
 class LogDownloader:
     """Lists and downloads the logs of the autopilot on ``transport``.
 
+    Either it owns ``transport`` (reads it while it runs, waits for the autopilot's HEARTBEAT),
+    or it is attached to a link another owner reads (the recorder): fed with :meth:`feed`, it
+    sends with ``send`` to the autopilot ``target``.
+
     Args:
-        transport: The open link (the downloader reads it while it runs).
         codec: Our side's codec (system and component id, signing).
+        transport: The open link to own.
+        send: Sends bytes on the link (attached).
+        link: The link's name for messages (attached).
+        target: The autopilot's system id (attached; component 1).
         progress: Called with each log's :class:`Progress` every :data:`PROGRESS_S`.
         heartbeat_timeout_s: Wait for the autopilot's HEARTBEAT.
         checkpoint_s: Seconds between checkpoints.
@@ -142,19 +149,31 @@ class LogDownloader:
     def __init__(
         self,
         *,
-        transport: Transport,
         codec: MavlinkCodec,
+        transport: Transport | None = None,
+        send: Callable[[bytes], None] | None = None,
+        link: str = "",
+        target: int | None = None,
         progress: Callable[[Progress], None] | None = None,
         heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S,
         checkpoint_s: float = CHECKPOINT_S,
     ) -> None:
         self._transport = transport
+        if transport is not None:
+            send, link = transport.send, transport.describe()
+        if send is None:
+            msg = "a LogDownloader needs a transport to own or a send function"
+            raise ValueError(msg)
+        self._send_bytes = send
+        self._link = link
         self._codec = codec
         self._progress = progress
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._checkpoint_s = checkpoint_s
-        self._system_id = -1
-        self.target: tuple[int, int] | None = None
+        self._system_id = -1 if target is None else target
+        self.target: tuple[int, int] | None = (
+            None if target is None else (target, MAV_COMP_ID_AUTOPILOT1)
+        )
         """The autopilot's system and component id, once its HEARTBEAT came."""
         self._autopilot: asyncio.Future[None] | None = None
         self._listing: LogListing | None = None
@@ -171,12 +190,18 @@ class LogDownloader:
         self._finals: list[ListingOutput | TransferOutput] = []
         self._reader: asyncio.Task[None] | None = None
 
+    def feed(self, data: bytes) -> None:
+        """A chunk from the link (an attached downloader's owner hands over what it reads)."""
+        self._handle(data)
+
     async def __aenter__(self) -> Self:
         """Start reading the link and wait for the autopilot.
 
         Raises:
             LinkError: No autopilot HEARTBEAT within the timeout, or the link failed.
         """
+        if self._transport is None:
+            return self  # attached: the owner reads the link, the target is known
         self._autopilot = asyncio.get_running_loop().create_future()
         self._reader = asyncio.create_task(self._read())
         await asyncio.wait(
@@ -186,12 +211,12 @@ class LogDownloader:
         )
         if self._reader.done():
             self._reader.result()  # raises the link's error
-            msg = f"{self._transport.describe()} was closed"
+            msg = f"{self._link} was closed"
             raise LinkError(msg)
         if not self._autopilot.done():
             await self._stop_reader()
             msg = (
-                f"no autopilot HEARTBEAT on {self._transport.describe()} within "
+                f"no autopilot HEARTBEAT on {self._link} within "
                 f"{self._heartbeat_timeout_s:g} s: is the vehicle connected and sending on it?"
             )
             raise LinkError(msg)
@@ -220,7 +245,7 @@ class LogDownloader:
                 return output.entries
         failed = next(o for o in outputs if isinstance(o, ListingFailed))
         msg = (
-            f"the vehicle on {self._transport.describe()} did not answer LOG_REQUEST_LIST "
+            f"the vehicle on {self._link} did not answer LOG_REQUEST_LIST "
             f"({failed.tries} tries): does it serve log downloads on this link?"
         )
         raise DownloadError(msg)
@@ -318,18 +343,19 @@ class LogDownloader:
         self._finals = finals
         self._execute(start(time.monotonic()))
         checkpoint_at = progress_at = time.monotonic()
-        assert self._reader is not None  # noqa: S101 (after __aenter__)
+        reader = self._reader
+        waits: set[asyncio.Future[None] | asyncio.Task[None]] = {done}
+        if reader is not None:
+            waits.add(reader)
         while not done.done():
             deadline = next_deadline()
             now = time.monotonic()
             wake = min(deadline if deadline is not None else now + PROGRESS_S, now + PROGRESS_S)
             if wake > now:
-                await asyncio.wait(
-                    {done, self._reader}, timeout=wake - now, return_when=asyncio.FIRST_COMPLETED
-                )
-                if self._reader.done() and not done.done():
-                    self._reader.result()
-                    msg = f"{self._transport.describe()} was closed"
+                await asyncio.wait(waits, timeout=wake - now, return_when=asyncio.FIRST_COMPLETED)
+                if reader is not None and reader.done() and not done.done():
+                    reader.result()
+                    msg = f"{self._link} was closed"
                     raise LinkError(msg)
                 now = time.monotonic()
             if not done.done():
@@ -376,7 +402,7 @@ class LogDownloader:
         if self.target is None:
             return
         system_id, component_id = self.target
-        self._transport.send(self._codec.encode_log_request(request, system_id, component_id))  # type: ignore[arg-type]
+        self._send_bytes(self._codec.encode_log_request(request, system_id, component_id))  # type: ignore[arg-type]
 
     def _handle(self, data: bytes) -> None:
         """One chunk from the link: its messages to the running core (in the reader callback)."""
@@ -429,6 +455,7 @@ class LogDownloader:
 
     async def _read(self) -> None:
         transport = self._transport
+        assert transport is not None  # noqa: S101 (not attached)
         if isinstance(transport, UdpTransport):
             await transport.pump(self._handle)
             return

@@ -34,6 +34,7 @@ from ulogstream.adapters.serial_transport import SerialTransport
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.errors import LinkError
 from ulogstream.recorder.decoding import Publisher
+from ulogstream.recorder.flights import FlightBackfill
 from ulogstream.recorder.identity import remember_sys_uuid
 from ulogstream.recorder.pipeline import Pipeline, _drop
 from ulogstream.recorder.status import (
@@ -48,6 +49,7 @@ from ulogstream.stream import (
     LogEnded,
     LoggingPacket,
     MavlinkMessage,
+    SessionState,
     logging_packet,
 )
 from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1
@@ -230,6 +232,17 @@ class Recorder:
         """A message other than LOGGING_DATA came since the last burst: read on at once."""
         self._data_phase = False
         """LOGGING_DATA has come: a log's data streams, and a burst may be let gather."""
+        self.flights: FlightBackfill | None = None
+        """Completes each flight from the SD log (``while_armed`` with backfill), or None."""
+        if parts.backfill_max_bytes is not None:
+            self.flights = FlightBackfill(
+                out_dir=parts.out_dir,
+                max_bytes=parts.backfill_max_bytes,
+                link=parts.link,
+                hand_on=self._hand_on,
+                sender=self._sender,
+                codec=parts.codec,
+            )
         self._acked: set[int] = set()
         """The vehicles whose newest logging packet was ACKED: an ack may be due (stop-and-wait
         in a header), so the link is read at once. One vehicle's data phase must not slow
@@ -280,8 +293,14 @@ class Recorder:
                         group.create_task(self._supervised("MQTT", self.publisher.sink.run))
                     )
                 side_tasks.append(group.create_task(self._supervised("upload", self.shipper.run)))
+                if self.flights is not None:
+                    side_tasks.append(
+                        group.create_task(self._supervised("backfill", self.flights.run))
+                    )
                 link_task = group.create_task(self._link_loop())
                 await self._timer_loop()
+                if self.flights is not None:
+                    await self._finish_flights()  # on the link, before it closes
                 link_task.cancel()
                 for pipeline in self.vehicles.values():
                     pipeline.refresh_status()  # the last counters, for the caller and MQTT
@@ -315,6 +334,22 @@ class Recorder:
             if pipeline.rejected is not None and self.once:
                 self.exit_code = 1
         return self.exit_code
+
+    async def _finish_flights(self) -> None:
+        """Stopping: every file finished, then each flight that is over backfilled.
+
+        The rest is handed on as it is; a second stop request cuts the backfill short.
+        """
+        flights = self.flights
+        assert flights is not None  # noqa: S101 (called with backfill on)
+        for pipeline in self.vehicles.values():
+            await pipeline.files.aclose()  # the last LogFinished: the flight is over
+        drained = asyncio.ensure_future(flights.drain())
+        abandon = asyncio.ensure_future(self._abandon_requested.wait())
+        await asyncio.wait({drained, abandon}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (drained, abandon):
+            task.cancel()
+        flights.release()
 
     def _count_uploads(self, status: RecorderStatus) -> None:
         """Copy the (recorder-wide) upload counters into ``status``."""
@@ -404,7 +439,17 @@ class Recorder:
     def _log_finished(
         self, pipeline: Pipeline, system_id: int, finished: FinishedLog, how: str
     ) -> None:
+        """A log's file is finished: hand it on, or hold it for its flight's backfill."""
+        if self.flights is not None:
+            state = pipeline.session.state
+            over = state in {SessionState.WAITING_FOR_ARMING, SessionState.ENDED}
+            self.flights.hold(system_id, finished, how, flight_over=over)
+            return
+        self._hand_on(system_id, finished, how)
+
+    def _hand_on(self, system_id: int, finished: FinishedLog, how: str) -> None:
         """Announce ``finished`` on MQTT and queue its upload (both off the event loop's path)."""
+        pipeline = self.vehicles[system_id]
         identity = self.identity
         memory = identity.memory(system_id) if identity.uses_sys_uuid else None
         self.shipper.offer(
@@ -534,6 +579,9 @@ class Recorder:
         """Decode one chunk and hand each vehicle its messages (acks go out inside)."""
         packet = self._codec.decode_logging_data(data)
         if packet is None:
+            flights = self.flights
+            if flights is not None and flights.listening:
+                flights.feed(data)  # a backfill's LOG_ENTRY and LOG_DATA
             messages = self._codec.decode(data)
             if not messages:
                 return
@@ -571,7 +619,7 @@ class Recorder:
             elif self._udp is not None and pipeline.peer != self._udp.peer:
                 pipeline.attach(self._vehicle_send(pipeline), now, restored=False)
             pipeline.receive_messages(group, now)
-            if self.parts.watch_armed:
+            if self.parts.watch_armed or self.flights is not None:
                 self._heard_armed(system_id, group)
 
     def _burst_pause(self) -> float:
@@ -585,7 +633,10 @@ class Recorder:
         """Tell the shipper whether the autopilot ``system_id`` is armed (its HEARTBEAT)."""
         for message in messages:
             if type(message) is Heartbeat and message.component_id == MAV_COMP_ID_AUTOPILOT1:
-                self.shipper.set_armed(message.armed, system_id)
+                if self.parts.watch_armed:
+                    self.shipper.set_armed(message.armed, system_id)
+                if self.flights is not None:
+                    self.flights.set_armed(system_id, armed=message.armed)
 
     def _first_contact(self, contact: Contact | None, now: float) -> Pipeline | None:
         """Carry out what the router decided about a system id not seen before."""
@@ -611,6 +662,13 @@ class Recorder:
             case None:
                 pass
         return None
+
+    def _sender(self, system_id: int) -> Callable[[bytes], None] | None:
+        """How to send to vehicle ``system_id`` on the open link (None: no link is open)."""
+        pipeline = self.vehicles.get(system_id)
+        if pipeline is None or self._link_codec is None:
+            return None
+        return self._vehicle_send(pipeline)
 
     def _vehicle_send(self, pipeline: Pipeline) -> Callable[[bytes], None]:
         """How ``pipeline`` sends: to its own vehicle's address on a UDP link that has several."""

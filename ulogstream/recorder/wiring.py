@@ -59,6 +59,8 @@ class RecorderParts:
         foxglove: The Foxglove live view of the home vehicle, or None.
         shipper: Describes, announces and uploads finished logs.
         watch_armed: Autopilot HEARTBEATs tell the shipper armed or disarmed.
+        backfill_max_bytes: Complete each flight from the SD log, reading at most this
+            many bytes (None: no backfill; only with ``recording.mode = while_armed``).
         hint_after_s: ``link.hint_after_s``.
         watchdog: ``systemd.watchdog``.
         identity_line: The start-up line naming the vehicle id, folder and MQTT client id.
@@ -78,6 +80,7 @@ class RecorderParts:
     foxglove: FoxgloveSink | None
     shipper: LogShipper
     watch_armed: bool
+    backfill_max_bytes: int | None
     hint_after_s: float
     watchdog: bool
     identity_line: str
@@ -160,6 +163,11 @@ def recorder_parts(settings: Settings, *, once: bool = False) -> RecorderParts:
         foxglove=foxglove_view(settings.foxglove),
         shipper=shipper,
         watch_armed=settings.upload.only_when_disarmed and shipper.uploads,
+        backfill_max_bytes=(
+            int(settings.backfill.max_mb * 1e6)
+            if settings.backfill.enabled and recording.mode == "while_armed"
+            else None
+        ),
         hint_after_s=link.hint_after_s,
         watchdog=settings.systemd.watchdog,
         identity_line=(

@@ -57,6 +57,7 @@ from ulogstream.sim.vehicle import (
     VehicleStats,
     delivered_packet,
 )
+from ulogstream.stream.packets import MAV_MODE_FLAG_SAFETY_ARMED
 
 if TYPE_CHECKING:
     import argparse
@@ -371,6 +372,8 @@ class _Shell:
             self.inbound = DelayLine(faults, direction=1, limit_rate=False)
         self._replugs: set[asyncio.Task[None]] = set()
         self.sd_card: SdCard | None = None
+        self.armed = False
+        """HEARTBEATs say armed (``--armed``: until the flight's log is delivered)."""
 
     @property
     def wire_drops(self) -> int:
@@ -400,7 +403,9 @@ class _Shell:
                     self._send(frame, None, now)
                 case SendVehicleHeartbeat():
                     frame = codec.encode_heartbeat(
-                        mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4
+                        mav_type=MAV_TYPE_QUADROTOR,
+                        autopilot=MAV_AUTOPILOT_PX4,
+                        base_mode=MAV_MODE_FLAG_SAFETY_ARMED if self.armed else 0,
                     )
                     self._send(frame, None, now)
                 case SendGarbage(data):
@@ -509,6 +514,7 @@ async def run_vehicle(
     stop_event: asyncio.Event | None = None,
     on_log_delivered: Callable[[int], None] | None = None,
     sd_card: SdCard | None = None,
+    armed: bool = False,
 ) -> SimSummary:
     """Serve a simulated PX4 that streams ``log`` on ``connection`` until told to stop.
 
@@ -530,6 +536,8 @@ async def run_vehicle(
         on_log_delivered: Called once per log (with its index) when everything up to the
             post-flight tail is sent and acked, so a receiver knows when to STOP.
         sd_card: The vehicle's SD card: its logs are served to LOG_REQUEST_LIST / _DATA / _END.
+        armed: The vehicle is armed from the start until its flight's log is delivered (up to
+            the post-flight tail), then disarmed: a receiver recording while armed streams it.
 
     Raises:
         ConfigError: The connection string is not valid.
@@ -559,6 +567,7 @@ async def run_vehicle(
                 vehicle, transport, codec, report, keep_deliveries=keep_deliveries, faults=faults
             )
             shell.sd_card = sd_card
+            shell.armed = armed
             try:
                 await _serve(shell, stop_event, repeat=repeat, on_log_delivered=on_log_delivered)
             finally:
@@ -671,6 +680,9 @@ async def _serve(
             if sd_card is not None:
                 shell.serve_sd_card(sd_card.handle_timer(now), now)
             shell.arrivals(now)
+            if shell.armed and vehicle.waiting_for_stop:
+                shell.armed = False  # the flight is over: the vehicle disarms (and says so)
+                shell.execute([SendVehicleHeartbeat()], now)
             if on_log_delivered is not None and vehicle.waiting_for_stop:
                 log_index = vehicle.log_index
                 if log_index is not None and log_index != delivered_log:
@@ -717,6 +729,8 @@ class SimOptions:
             (every byte sent); False holds the end until the receiver's STOP.
         sd_card: The vehicle's SD card holds the log too, served to log downloads, and the
             vehicle serves until stopped.
+        armed: Armed until the flight's log is delivered, then disarmed (with ``--hold-end``
+            a receiver recording while armed stops the stream after the disarm).
     """
 
     log: Path
@@ -734,6 +748,7 @@ class SimOptions:
     accept_stop_at_once: bool = False
     stop_at_end: bool = True
     sd_card: bool = False
+    armed: bool = False
 
     def vehicle_config(self) -> VehicleConfig:
         """The :class:`VehicleConfig` these options describe."""
@@ -771,6 +786,7 @@ async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = Non
         keep_deliveries=False,
         stop_event=stop_event,
         sd_card=sd_card,
+        armed=options.armed,
     )
 
 
@@ -892,6 +908,12 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
     link.add_argument("--sysid", type=int, default=1, help="vehicle system id (default 1)")
     link.add_argument("--repeat", action="store_true", help="serve the log again after each STOP")
     link.add_argument(
+        "--armed",
+        action="store_true",
+        help="say armed (HEARTBEAT) until the flight's log is delivered, then disarmed (with"
+        " --hold-end: as a PX4 on the bench that lands and disarms)",
+    )
+    link.add_argument(
         "--sd-card",
         action="store_true",
         help="the vehicle's SD card holds the log too: serve it to log downloads (LOG_REQUEST_*)"
@@ -1011,4 +1033,5 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
         accept_stop_at_once=bool(args.accept_stop_at_once),
         stop_at_end=not bool(args.hold_end),
         sd_card=bool(args.sd_card),
+        armed=bool(args.armed),
     )
