@@ -380,18 +380,9 @@ class MavlinkCodec:
             first_message_offset, data)``, or None.
         """
         size = len(datagram)
-        if (
-            size < _LOGGING_DATA_MIN_FRAME
-            or datagram[0] != STX_V2
-            or datagram[2]  # incompatibility flags: a signed frame
-            or datagram[7:10] != _LOGGING_DATA_ID_BYTES
-            or size != datagram[1] + (HEADER_LEN_V2 + CHECKSUM_LEN)
-            or self._pending
-            or self._mav is not None
+        if not self._one_plain_frame(
+            datagram, _LOGGING_DATA_MIN_FRAME, _LOGGING_DATA_ID_BYTES, _LOGGING_DATA_CRC_EXTRA
         ):
-            return None
-        crc = _crc16(_LOGGING_DATA_CRC_EXTRA, _crc16(datagram[1:-2], 0xFFFF))
-        if crc != datagram[-2] | datagram[-1] << 8:
             return None
         sequence, target_system, target_component, length, first_message_offset = (
             _unpack_logging_header(datagram, HEADER_LEN_V2)
@@ -431,18 +422,9 @@ class MavlinkCodec:
             ``(system_id, id, ofs, data)``, or None.
         """
         size = len(datagram)
-        if (
-            size < _LOG_DATA_MIN_FRAME
-            or datagram[0] != STX_V2
-            or datagram[2]  # incompatibility flags: a signed frame
-            or datagram[7:10] != _LOG_DATA_ID_BYTES
-            or size != datagram[1] + (HEADER_LEN_V2 + CHECKSUM_LEN)
-            or self._pending
-            or self._mav is not None
+        if not self._one_plain_frame(
+            datagram, _LOG_DATA_MIN_FRAME, _LOG_DATA_ID_BYTES, _LOG_DATA_CRC_EXTRA
         ):
-            return None
-        crc = _crc16(_LOG_DATA_CRC_EXTRA, _crc16(datagram[1:-2], 0xFFFF))
-        if crc != datagram[-2] | datagram[-1] << 8:
             return None
         ofs, log_id, count = _unpack_log_data_header(datagram, HEADER_LEN_V2)
         if count > LOG_DATA_CHUNK:
@@ -455,6 +437,26 @@ class MavlinkCodec:
         self._in_sync = True
         self.messages += 1
         return datagram[5], log_id, ofs, data
+
+    def _one_plain_frame(
+        self, datagram: bytes, min_frame: int, id_bytes: bytes, crc_extra: bytes
+    ) -> bool:
+        """Whether ``datagram`` is exactly one plain frame of the message with ``id_bytes``.
+
+        Unsigned MAVLink 2, at least ``min_frame`` long, a valid CRC, and nothing held.
+        """
+        size = len(datagram)
+        if (
+            size < min_frame
+            or datagram[0] != STX_V2
+            or datagram[2]  # incompatibility flags: a signed frame
+            or datagram[7:10] != id_bytes
+            or size != datagram[1] + (HEADER_LEN_V2 + CHECKSUM_LEN)
+            or self._pending
+            or self._mav is not None
+        ):
+            return False
+        return _crc16(crc_extra, _crc16(datagram[1:-2], 0xFFFF)) == datagram[-2] | datagram[-1] << 8
 
     def _skip_noise(self, buf: bytes | bytearray, pos: int) -> int:
         next_v2 = buf.find(STX_V2, pos)

@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 from pyulog import ULog
 from support.processes import Process, recordings
-from support.px4 import UdpRelay, px4_sitl
+from support.px4 import UdpRelay, fly, px4_sitl
 
 from ulogstream.cli.demo import free_udp_port
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from support.px4 import Px4
 
 pytestmark = [pytest.mark.px4, pytest.mark.timeout(300)]
 
@@ -39,22 +38,6 @@ def rows(path: Path) -> dict[tuple[str, int], dict[int, bytes]]:
             int(stamp): table[index].tobytes() for index, stamp in enumerate(stamps)
         }
     return out
-
-
-async def fly(px4: Px4, relay: UdpRelay) -> None:
-    """Arm, take off, black the link out for 4 s in the air, land; until PX4 disarms."""
-    assert "rejected" not in px4.cmd("commander", "arm").lower()
-    await asyncio.sleep(1)
-    px4.cmd("commander", "takeoff")
-    await asyncio.sleep(6)
-    relay.blackout(4.0)
-    await asyncio.sleep(6)
-    px4.cmd("commander", "land")
-    for _ in range(60):
-        await asyncio.sleep(1)
-        if "] Disarmed" in px4.cmd("commander", "status"):
-            return
-    pytest.fail("PX4 did not disarm within 60 s of landing")
 
 
 @pytest.mark.asyncio
@@ -78,7 +61,7 @@ async def test_a_lossy_flight_recorded_while_armed_holds_every_row_of_the_sd_log
         )  # fmt: skip
         try:
             await asyncio.sleep(3)
-            await fly(px4, relay)
+            await fly(px4, relay=relay, blackout_s=4.0)
             await recorder.await_line("gap(s) from SD log", limit=180)  # the flight's backfill
             recorder.send_signal(signal.SIGINT)
             assert await recorder.await_exit(limit=60) == 0, recorder.stderr()

@@ -9,28 +9,13 @@ from typing import TYPE_CHECKING
 import pytest
 from pyulog import ULog
 from support.processes import Process, recordings
-from support.px4 import px4_sitl
+from support.px4 import fly, px4_sitl
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from support.px4 import Px4
 
 pytestmark = [pytest.mark.px4, pytest.mark.timeout(240)]
-
-
-async def fly_once(px4: Px4) -> None:
-    """Arm, take off to 2.5 m, land; return once PX4 has disarmed by itself."""
-    assert "rejected" not in px4.cmd("commander", "arm").lower()
-    await asyncio.sleep(1)
-    px4.cmd("commander", "takeoff")
-    await asyncio.sleep(10)
-    px4.cmd("commander", "land")
-    for _ in range(60):
-        await asyncio.sleep(1)
-        if "] Disarmed" in px4.cmd("commander", "status"):
-            return
-    pytest.fail("PX4 did not disarm within 60 s of landing")
 
 
 def span_s(path: Path) -> tuple[float, float]:
@@ -46,16 +31,16 @@ async def test_two_flights_in_one_run_give_two_files_each_its_flight(tmp_path: P
     with px4_sitl(tmp_path / "px4", instance=5, log="all", sdlog_mode=0) as px4:
         recorder = Process(
             ["record", f"udpin:127.0.0.1:{px4.onboard_port}", "--while-armed", "--out", str(out),
-             "--no-status"],
+             "--no-status", "--no-backfill"],  # the streams alone (test_px4_backfill: with it)
             tmp_path,
         )  # fmt: skip
         try:
             await asyncio.sleep(4)
             assert not recordings(out)  # on the ground, disarmed: nothing is streamed
-            await fly_once(px4)
+            await fly(px4)
             await recorder.await_line("log finished", limit=30)
             await asyncio.sleep(3)
-            await fly_once(px4)
+            await fly(px4)
             await recorder.await_line("log finished", count=2, limit=30)
             await asyncio.sleep(2)
             recorder.send_signal(signal.SIGINT)

@@ -187,3 +187,23 @@ def _udp_socket(port: int) -> socket.socket:
     sock.bind(("127.0.0.1", port))
     sock.setblocking(False)  # noqa: FBT003 (the socket API)
     return sock
+
+
+async def fly(px4: Px4, *, relay: UdpRelay | None = None, blackout_s: float = 0.0) -> None:
+    """Arm, take off to 2.5 m, hover about 12 s, land; return once PX4 has disarmed itself.
+
+    With ``relay``, the link is blacked out for ``blackout_s`` halfway through the hover.
+    """
+    assert "rejected" not in px4.cmd("commander", "arm").lower()
+    await asyncio.sleep(1)
+    px4.cmd("commander", "takeoff")
+    await asyncio.sleep(6)
+    if relay is not None and blackout_s:
+        relay.blackout(blackout_s)
+    await asyncio.sleep(6)
+    px4.cmd("commander", "land")
+    for _ in range(60):
+        await asyncio.sleep(1)
+        if "] Disarmed" in px4.cmd("commander", "status"):
+            return
+    pytest.fail("PX4 did not disarm within 60 s of landing")

@@ -106,14 +106,21 @@ def _finish(
     file: DownloadFile, entry: LogEntry, outputs: list[ListingOutput | TransferOutput]
 ) -> Path:
     """The finished file of a transfer that is done; :class:`DownloadError` for one that failed."""
+    _raise_if_failed(entry, outputs, "; run the same command again to resume")
+    return file.finish()
+
+
+def _raise_if_failed(
+    entry: LogEntry, outputs: list[ListingOutput | TransferOutput], hint: str = ""
+) -> None:
+    """:class:`DownloadError` if the transfer's outputs say the vehicle stopped sending."""
     for output in outputs:
         if isinstance(output, TransferFailed):
             msg = (
                 f"the vehicle stopped sending log {entry.id} at byte {output.ofs} "
-                f"({output.missing} bytes missing; run the same command again to resume)"
+                f"({output.missing} bytes missing{hint})"
             )
             raise DownloadError(msg)
-    return file.finish()
 
 
 class _RangeBuffer:
@@ -307,13 +314,7 @@ class LogDownloader:
             outputs = await self._run(transfer.start, transfer.handle_timer, transfer.next_deadline)
         finally:
             self._file = self._transfer = None
-        for output in outputs:
-            if isinstance(output, TransferFailed):
-                msg = (
-                    f"the vehicle stopped sending log {entry.id} at byte {output.ofs} "
-                    f"({output.missing} bytes missing)"
-                )
-                raise DownloadError(msg)
+        _raise_if_failed(entry, outputs)
         self.fetched += transfer.received
         if transfer.round_trip_s:
             self.round_trip_s = transfer.round_trip_s
