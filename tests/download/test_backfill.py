@@ -85,6 +85,9 @@ def test_every_gap_and_the_start_come_back_byte_for_byte() -> None:
     assert result.unfilled == []
     assert len(result.filled) == 4
     assert apply_patches(recording, result.patches) == FLIGHT
+    rows = sum(1 for b in BOUNDS[:-1] if FLIGHT[b + 2] == ord("D"))
+    assert result.rows_streamed + result.rows_backfilled == rows
+    assert result.rows_backfilled > 3000
     # Only what was missing, the anchors' search and the SD log's head were read (each byte
     # once: the shell caches what it fetched): far less than the whole log.
     missing = len(FLIGHT) - len(recording) + 3 * len(encode_dropouts(150))
@@ -194,3 +197,18 @@ def test_a_recording_whose_data_begins_with_a_gap_gets_its_start_back() -> None:
     assert plan.start_length == len(encode_dropouts(20))
     result = run(backfill(plan, len(FLIGHT)), FLIGHT)
     assert apply_patches(recording, result.patches) == FLIGHT
+
+
+def test_what_the_sd_log_lacks_too_stays_lacking_with_the_sd_logs_own_dropout() -> None:
+    """PX4's SD logger drops data too (a full buffer): its dropout comes with the bytes."""
+    first = BOUNDS.index(FIRST_DATA)
+    sd = (
+        FLIGHT[: BOUNDS[first + 1000]]
+        + encode_dropouts(70)
+        + FLIGHT[BOUNDS[first + 1100] :]  # 100 messages the SD log lost too
+    )
+    recording = recording_with_gaps([(first + 950, first + 1200)])
+    result = run(backfill(plan_backfill(recording), len(sd)), sd)
+    assert result.unfilled == []
+    completed = apply_patches(recording, result.patches)
+    assert completed == sd  # the SD log's own dropout marks what neither has

@@ -299,7 +299,8 @@ def backfill_text(path: Path, outcome: BackfillOutcome, seconds: float) -> str:
     if parts:
         summary = (
             f"{path}: {', '.join(parts)} put back from SD log {entry.id} ({_when(entry)}): "
-            f"+{result.added / 1e3:.1f} kB, now {outcome.size / 1e6:.2f} MB; {read}"
+            f"+{result.added / 1e3:.1f} kB ({result.rows_backfilled} rows to the "
+            f"{result.rows_streamed} streamed), now {outcome.size / 1e6:.2f} MB; {read}"
         )
         lines = [summary]
     else:

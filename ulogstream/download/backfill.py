@@ -116,6 +116,7 @@ class BackfillPlan:
             bytes for a gap of a given duration may reach).
         start_length: Bytes of a dropout run right before ``first_data`` (the recording's data
             began with a gap): the flight's start replaces them.
+        rows: Its data rows ('D' messages).
     """
 
     size: int
@@ -127,6 +128,7 @@ class BackfillPlan:
     data_sizes: dict[int, int] = field(hash=False)
     bytes_per_us: float = 0.0
     start_length: int = 0
+    rows: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,7 @@ class BackfillResult:
         gaps_filled: Gaps put back.
         start_bytes: Bytes put back before the recording's first data (the flight's start).
         end_bytes: Bytes put back after its end.
+        rows_streamed: Data rows ('D' messages) the recording held.
     """
 
     patches: list[Patch] = field(default_factory=list)
@@ -167,11 +170,19 @@ class BackfillResult:
     gaps_filled: int = 0
     start_bytes: int = 0
     end_bytes: int = 0
+    rows_streamed: int = 0
 
     @property
     def added(self) -> int:
         """Bytes the patches add."""
         return sum(len(p.data) - p.length for p in self.patches)
+
+    @property
+    def rows_backfilled(self) -> int:
+        """Data rows ('D' messages) the patches put back."""
+        return sum(
+            1 for patch in self.patches for _o, _s, kind in _messages(patch.data, 0) if kind == _D
+        )
 
 
 class BackfillError(UlogstreamError):
@@ -291,6 +302,7 @@ def plan_backfill(log: bytes) -> BackfillPlan:
         first=Anchor(after_anchor(first_data, first_limit), stamp_near(first_data, after=True)),
         gaps=tuple(gaps),
         start_length=start_length,
+        rows=len(stamps),
         last=Anchor(log[last_start:end], stamp_near(end, after=False)),
         subscriptions=frozenset(subscriptions),
         data_sizes=data_sizes,
@@ -331,7 +343,7 @@ def backfill(
         fill_end: Put back the data the SD log has after the recording's last bytes (its stream
             ended before the flight did).
     """
-    result = BackfillResult()
+    result = BackfillResult(rows_streamed=plan.rows)
     sizes = plan.data_sizes
     first = yield from _locate(plan.first, sd_size, sizes, 0, sd_size)
     if first is None:

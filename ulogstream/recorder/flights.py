@@ -96,6 +96,13 @@ class FlightBackfill:
         """Whether a backfill runs: the recorder hands it what it reads (:meth:`feed`)."""
         return self._downloader is not None
 
+    def progress(self, system_id: int) -> str | None:
+        """The status line's state while ``system_id``'s flight is backfilled (else None)."""
+        downloader = self._downloader
+        if downloader is None or self._completing != system_id:
+            return None
+        return f"backfilling from the SD log ({downloader.fetched / 1e6:.2f} MB read)"
+
     def feed(self, data: bytes) -> None:
         """A chunk from the link, while :attr:`listening`."""
         downloader = self._downloader

@@ -687,6 +687,7 @@ class Recorder:
         while True:
             now = time.monotonic()
             vehicles = list(self.vehicles.values())
+            system_ids = list(self.vehicles)
             if stopping and all(p.ended.is_set() for p in vehicles):
                 return
             if not stopping and self._stop_requested.is_set():
@@ -702,7 +703,7 @@ class Recorder:
                     return  # no vehicle was ever heard: nothing to stop
                 if now >= self._next_hello:
                     self._hello(now)
-            for pipeline in vehicles:
+            for system_id, pipeline in zip(system_ids, vehicles, strict=True):
                 if pipeline.ended.is_set():
                     continue
                 if stopping:
@@ -720,6 +721,8 @@ class Recorder:
                     self._rejected(pipeline, now)
                 elif pipeline.disk_full:
                     pipeline.status.state = "disk full"
+                elif self.flights is not None and (backfilling := self.flights.progress(system_id)):
+                    pipeline.status.state = backfilling
                 else:
                     pipeline.status.state = state_text(
                         pipeline.session.state, pipeline.status.state
