@@ -59,6 +59,7 @@ class FlightBackfill:
         sender: The send function toward a vehicle (by system id) on the open link, or None
             while no link is open.
         codec: Makes our side's MAVLink codec.
+        uploads: Logs wait for an upload (the logbook keeps rotation off them until then).
     """
 
     def __init__(
@@ -70,6 +71,7 @@ class FlightBackfill:
         hand_on: Callable[[int, FinishedLog, str], None],
         sender: Callable[[int], Callable[[bytes], None] | None],
         codec: Callable[[], MavlinkCodec],
+        uploads: bool,
     ) -> None:
         self._out_dir = out_dir
         self._max_bytes = max_bytes
@@ -77,6 +79,7 @@ class FlightBackfill:
         self._hand_on = hand_on
         self._sender = sender
         self._codec = codec
+        self._uploads = uploads
         self._held: dict[int, list[HeldLog]] = {}
         self._over: asyncio.Queue[int] = asyncio.Queue()
         self._armed: dict[int, bool] = {}
@@ -233,7 +236,7 @@ class FlightBackfill:
             first.with_name(first.name + ".part"),
             first,
             size,
-            upload_pending=True,
+            upload_pending=self._uploads,
         )
         note = _note(outcome)
         self.notes.append((first, note))

@@ -242,6 +242,7 @@ class Recorder:
                 hand_on=self._hand_on,
                 sender=self._sender,
                 codec=parts.codec,
+                uploads=parts.shipper.uploads,
             )
         self._acked: set[int] = set()
         """The vehicles whose newest logging packet was ACKED: an ack may be due (stop-and-wait
