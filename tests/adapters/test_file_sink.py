@@ -404,6 +404,21 @@ def test_rotation_leaves_alone_a_log_replaced_since_it_was_recorded(tmp_path: Pa
     assert replaced.read_bytes() == b"a user's own file under the same name"
 
 
+def test_rotation_deletes_a_backfilled_log_by_its_new_size_and_its_first_age(
+    tmp_path: Path,
+) -> None:
+    """A backfill writes the log down as finished again: its size changes, its age does not."""
+    old = recorded_log(tmp_path, age_s=3000)
+    newer = recorded_log(tmp_path, age_s=2000)
+    old.write_bytes(old.read_bytes() + b"\0" * 100)  # completed from the SD log
+    Logbook(tmp_path).finished(
+        old.with_name(old.name + ".part"), old, old.stat().st_size, upload_pending=False
+    )
+    sink = UlgFileSink(tmp_path, min_free_mb=0, max_logs=1)
+
+    assert sink.start_log(now_utc=START).deleted == (old, newer)
+
+
 # --- recovery --------------------------------------------------------------------------------
 
 

@@ -307,6 +307,10 @@ def _fold(state: _State, record: dict[str, object], order: int) -> None:
             started = state.writing.pop(part, None) if isinstance(part, str) else None
             size = record.get("size")
             tags = record.get("tags")
+            # Finished again (a backfill completed it): a new size, the same log and age.
+            before = state.finished.get(path)
+            if started is None:
+                started = before
             state.finished[path] = LoggedFile(
                 path,
                 started.tags
@@ -316,7 +320,7 @@ def _fold(state: _State, record: dict[str, object], order: int) -> None:
                 else {},
                 size=size if isinstance(size, int) else None,
                 upload_pending=record.get("upload") is True,
-                order=order,
+                order=order if before is None else before.order,
             )
         case "settled":
             entry = state.finished.get(path)
