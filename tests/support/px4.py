@@ -190,17 +190,17 @@ def _udp_socket(port: int) -> socket.socket:
 
 
 async def fly(px4: Px4, *, relay: UdpRelay | None = None, blackout_s: float = 0.0) -> None:
-    """Arm, take off to 2.5 m, hover about 12 s, land; return once PX4 has disarmed itself.
+    """Arm, take off to 2.5 m, hover about 9 s, land; return once PX4 has disarmed itself.
 
     With ``relay``, the link is blacked out for ``blackout_s`` halfway through the hover.
     """
     assert "rejected" not in px4.cmd("commander", "arm").lower()
     await asyncio.sleep(1)
     px4.cmd("commander", "takeoff")
-    await asyncio.sleep(6)
+    await asyncio.sleep(4)
     if relay is not None and blackout_s:
         relay.blackout(blackout_s)
-    await asyncio.sleep(6)
+    await asyncio.sleep(5)
     px4.cmd("commander", "land")
     for _ in range(60):
         await asyncio.sleep(1)
