@@ -231,3 +231,27 @@ async def test_record_while_armed_completes_each_flight_from_the_sd_card(
     else:
         assert len(recording.read_bytes()) < len(flight.data)
         assert "backfill" not in record.stderr()
+
+
+@pytest.mark.asyncio
+async def test_download_over_a_serial_port_is_byte_identical(tmp_path: Path) -> None:
+    """A USB autopilot: the simulator's pseudo-terminal, read as a serial port."""
+    flight = make_flight(tmp_path, duration_s=8, seed=11)
+    device = tmp_path / "ttyACM0"
+    sim = Process(
+        ["sim", str(flight.path), f"pty:{device}", "--sd-card", "--rate", "usb"],
+        tmp_path,
+        name="sim",
+    )
+    try:
+        for _ in range(100):
+            if device.exists():
+                break
+            await asyncio.sleep(0.05)
+        out = tmp_path / "out"
+        fetch = Process(["download", str(device), "--out", str(out)], tmp_path)
+        assert await fetch.await_exit(limit=60) == 0, fetch.stderr()
+    finally:
+        sim.kill()
+    (path,) = downloads(out)
+    assert path.read_bytes() == flight.data
