@@ -13,6 +13,7 @@ from support.processes import Process, make_flight
 from ulogstream.adapters.download_file import DOWNLOAD_SUFFIX, SIDECAR_SUFFIX
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.cli.demo import free_udp_port
+from ulogstream.download.backfill import plan_backfill
 from ulogstream.errors import LinkError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.recorder.download import LogDownloader
@@ -255,3 +256,34 @@ async def test_download_over_a_serial_port_is_byte_identical(tmp_path: Path) -> 
         sim.kill()
     (path,) = downloads(out)
     assert path.read_bytes() == flight.data
+
+
+@pytest.mark.asyncio
+async def test_a_backfill_budget_stops_it_and_says_so(tmp_path: Path) -> None:
+    flight = make_flight(tmp_path, duration_s=10, seed=12)
+    data = flight.data
+    cut = len(data) // 2
+    # A recording missing a stretch in the middle: its dropout where the stretch was.
+    plan = plan_backfill(data)
+    boundary = plan.first_data
+    position = boundary
+    while position < cut:
+        position += 3 + (data[position] | data[position + 1] << 8)
+    end = position
+    for _ in range(300):
+        end += 3 + (data[end] | data[end + 1] << 8)
+    recording = tmp_path / "rec.ulg"
+    recording.write_bytes(data[:position] + bytes([2, 0, ord("O"), 100, 0]) + data[end:])
+    before = recording.read_bytes()
+    port = free_udp_port()
+    sim = vehicle(tmp_path, flight.path, port, "--rate", "usb")
+    try:
+        fill = Process(
+            ["backfill", str(recording), f"udpin:127.0.0.1:{port}", "--max-mb", "0.01"], tmp_path
+        )
+        await fill.await_exit(limit=60)
+    finally:
+        sim.kill()
+    assert "the byte budget (--max-mb) ran out before its flight was found" in fill.stdout()
+    assert fill.process.returncode == 1
+    assert recording.read_bytes() == before  # nothing half-done

@@ -286,8 +286,12 @@ def backfill_text(path: Path, outcome: BackfillOutcome, seconds: float) -> str:
     result = outcome.result
     read = f"{outcome.fetched / 1e6:.2f} MB read over the link in {seconds:.1f} s"
     if outcome.entry is None:
-        why = "the byte budget ran out" if outcome.budget_reached else read
-        return f"{path}: its flight is not on the vehicle's SD card ({why})\n"
+        if outcome.budget_reached:
+            return (
+                f"{path}: the byte budget (--max-mb) ran out before its flight was found on the "
+                f"vehicle's SD card; the file is unchanged ({read})\n"
+            )
+        return f"{path}: its flight is not on the vehicle's SD card ({read})\n"
     entry = outcome.entry
     parts = []
     if result.start_bytes:
