@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 from typing import TYPE_CHECKING
 
 import pytest
-from support.processes import Process, make_flight
+from pyulog import ULog
+from support.processes import Process, make_flight, subscriber
 
 from ulogstream.adapters.download_file import DOWNLOAD_SUFFIX, SIDECAR_SUFFIX
 from ulogstream.adapters.udp_transport import UdpTransport
@@ -20,6 +22,8 @@ from ulogstream.recorder.download import LogDownloader
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from support.broker import Broker
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -228,7 +232,17 @@ async def test_record_while_armed_completes_each_flight_from_the_sd_card(
     if backfill:
         assert recording.read_bytes() == flight.data
         assert "backfilled" in record.stdout()
-        assert "gap(s) from SD log 0" in record.stderr()
+        assert "gap(s) from SD log 0 (" in record.stderr()
+        streamed, backfilled = (
+            int(n)
+            for n in re.search(
+                r"\((\d+) rows streamed, (\d+) backfilled\)", record.stderr()
+            ).groups()  # type: ignore[union-attr]
+        )
+        assert backfilled > 0
+        assert streamed + backfilled == sum(
+            len(d.data["timestamp"]) for d in ULog(str(recording)).data_list
+        )
     else:
         assert len(recording.read_bytes()) < len(flight.data)
         assert "backfill" not in record.stderr()
@@ -287,3 +301,43 @@ async def test_a_backfill_budget_stops_it_and_says_so(tmp_path: Path) -> None:
     assert "the byte budget (--max-mb) ran out before its flight was found" in fill.stdout()
     assert fill.process.returncode == 1
     assert recording.read_bytes() == before  # nothing half-done
+
+
+@pytest.mark.asyncio
+@pytest.mark.broker
+async def test_mqtt_hears_of_the_flight_once_it_is_complete(
+    tmp_path: Path, mosquitto: Broker
+) -> None:
+    """meta/log_finished comes after the backfill, with the completed size.
+
+    meta/status counts the flights and rows the backfill put back.
+    """
+    flight = make_flight(tmp_path, duration_s=10, seed=13)
+    port = free_udp_port()
+    sim = vehicle(
+        tmp_path, flight.path, port, "--armed", "--hold-end", "--loss", "0.03", "--speed", "4",
+        "--rate", "usb",
+    )  # fmt: skip
+    out = tmp_path / "rec"
+    try:
+        async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/#") as heard:
+            record = Process(
+                ["record", f"udpin:127.0.0.1:{port}", "--while-armed", "--once", "--out",
+                 str(out), "--no-status", "--mqtt", mosquitto.url, "--vehicle-id", "v1"],
+                tmp_path,
+                name="record",
+            )  # fmt: skip
+            assert await record.await_exit(limit=90) == 0, record.stderr()
+            await asyncio.sleep(0.5)
+    finally:
+        sim.kill()
+    (recording,) = downloads(out)
+    assert recording.read_bytes() == flight.data
+    finished = [json.loads(m.payload) for m in heard if m.topic.endswith("meta/log_finished")]
+    assert [f["size"] for f in finished] == [len(flight.data)]
+    assert "backfilled" in finished[0]["how"]
+    statuses = [json.loads(m.payload) for m in heard if m.topic.endswith("meta/status")]
+    last = statuses[-1]
+    assert last["flights_backfilled"] == 1
+    assert last["rows_backfilled"] > 0
+    assert last["backfill_bytes_read"] > 0

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ulogstream.adapters.file_sink import FinishedLog
     from ulogstream.mavlink_codec import MavlinkCodec
     from ulogstream.recorder.backfill import BackfillOutcome
+    from ulogstream.recorder.status import RecorderStatus
 
 logger = logging.getLogger("ulogstream")
 
@@ -91,6 +92,8 @@ class FlightBackfill:
         self._completing = -1
         self.completed = 0
         """Flights completed from the SD log."""
+        self._counts: dict[int, tuple[int, int, int]] = {}
+        """Per vehicle: flights backfilled, rows put back, bytes read (finished backfills)."""
         self.notes: list[tuple[Path, str]] = []
         """Each flight's log after its backfill, and what the backfill did."""
 
@@ -98,6 +101,16 @@ class FlightBackfill:
     def listening(self) -> bool:
         """Whether a backfill runs: the recorder hands it what it reads (:meth:`feed`)."""
         return self._downloader is not None
+
+    def count_into(self, system_id: int, status: RecorderStatus) -> None:
+        """Copy ``system_id``'s backfill counters into its status (MQTT, the journal)."""
+        flights, rows, read = self._counts.get(system_id, (0, 0, 0))
+        downloader = self._downloader
+        if downloader is not None and self._completing == system_id:
+            read += downloader.fetched
+        status.flights_backfilled = flights
+        status.rows_backfilled = rows
+        status.backfill_bytes_read = read
 
     def progress(self, system_id: int) -> str | None:
         """The status line's state while ``system_id``'s flight is backfilled (else None)."""
@@ -241,7 +254,14 @@ class FlightBackfill:
         note = _note(outcome)
         self.notes.append((first, note))
         logger.info("%s: %s (%.1f s)", first.name, note, time.monotonic() - started)
-        if outcome.entry is not None:
+        flights, rows, read = self._counts.get(system_id, (0, 0, 0))
+        found = outcome.entry is not None
+        self._counts[system_id] = (
+            flights + found,
+            rows + outcome.result.rows_backfilled,
+            read + outcome.fetched,
+        )
+        if found:
             self.completed += 1
         return size, note
 
@@ -261,6 +281,7 @@ def _note(outcome: BackfillOutcome) -> str:
         if parts
         else (f"nothing to backfill from SD log {outcome.entry.id}")
     )
+    done += f" ({result.rows_streamed} rows streamed, {result.rows_backfilled} backfilled)"
     if result.unfilled:
         done += f"; {len(result.unfilled)} part(s) not on the SD log"
     if outcome.budget_reached:

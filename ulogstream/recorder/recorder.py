@@ -351,6 +351,8 @@ class Recorder:
         for task in (drained, abandon):
             task.cancel()
         flights.release()
+        for system_id, pipeline in self.vehicles.items():
+            flights.count_into(system_id, pipeline.status)  # for the final status
 
     def _count_uploads(self, status: RecorderStatus) -> None:
         """Copy the (recorder-wide) upload counters into ``status``."""
@@ -705,6 +707,8 @@ class Recorder:
                 if now >= self._next_hello:
                     self._hello(now)
             for system_id, pipeline in zip(system_ids, vehicles, strict=True):
+                if self.flights is not None:
+                    self.flights.count_into(system_id, pipeline.status)
                 if pipeline.ended.is_set():
                     continue
                 if stopping:

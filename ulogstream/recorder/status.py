@@ -82,6 +82,12 @@ class RecorderStatus:
     """Logs waiting for (or in) their upload, those resumed from the on-disk queue included."""
     upload_held: bool = False
     """Uploads wait for the vehicle to disarm (``upload.only_when_disarmed``)."""
+    flights_backfilled: int = 0
+    """Flights completed from the vehicle's SD log (``--while-armed`` with backfill)."""
+    rows_backfilled: int = 0
+    """Data rows those backfills put back."""
+    backfill_bytes_read: int = 0
+    """Bytes of the SD log read over the link by backfills (the one running included)."""
     topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
     finished: deque[FinishedLog] = field(default_factory=lambda: deque(maxlen=FINISHED_LOGS_KEPT))
     """The newest finished logs (at most :data:`FINISHED_LOGS_KEPT`)."""
@@ -117,6 +123,9 @@ STATUS_FIELDS = (
     "upload_failures",
     "upload_backlog",
     "upload_held",
+    "flights_backfilled",
+    "rows_backfilled",
+    "backfill_bytes_read",
     "error",
 )
 """The fields of :class:`RecorderStatus` in MQTT ``meta/status`` and the journal's lines."""
