@@ -667,11 +667,22 @@ class Recorder:
         return None
 
     def _sender(self, system_id: int) -> Callable[[bytes], None] | None:
-        """How to send to vehicle ``system_id`` on the open link (None: no link is open)."""
-        pipeline = self.vehicles.get(system_id)
-        if pipeline is None or self._link_codec is None:
+        """How to send to vehicle ``system_id`` on whichever link is open when a frame goes out.
+
+        None: no vehicle of that id, or no link open now.
+        """
+        if system_id not in self.vehicles or self._link_codec is None:
             return None
-        return self._vehicle_send(pipeline)
+        return partial(self._send_to, system_id)
+
+    def _send_to(self, system_id: int, data: bytes) -> None:
+        """Send ``data`` to vehicle ``system_id``: its own address on a UDP link with several."""
+        pipeline = self.vehicles[system_id]
+        udp = self._udp
+        if udp is not None and pipeline.peer is not None:
+            udp.send_to(data, pipeline.peer)
+        else:
+            self._send(data)
 
     def _vehicle_send(self, pipeline: Pipeline) -> Callable[[bytes], None]:
         """How ``pipeline`` sends: to its own vehicle's address on a UDP link that has several."""
