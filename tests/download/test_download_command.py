@@ -341,3 +341,31 @@ async def test_mqtt_hears_of_the_flight_once_it_is_complete(
     assert last["flights_backfilled"] == 1
     assert last["rows_backfilled"] > 0
     assert last["backfill_bytes_read"] > 0
+
+
+@pytest.mark.asyncio
+async def test_a_vehicle_that_serves_no_logs_leaves_the_flight_as_recorded(tmp_path: Path) -> None:
+    """No answer to LOG_REQUEST_LIST: one warning, the recording kept as it is, exit 0."""
+    flight = make_flight(tmp_path, duration_s=6, seed=14)
+    port = free_udp_port()
+    sim = Process(
+        ["sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--armed", "--hold-end",
+         "--loss", "0.03", "--speed", "4", "--rate", "usb"],
+        tmp_path,
+        name="sim",
+    )  # fmt: skip
+    out = tmp_path / "rec"
+    try:
+        record = Process(
+            ["record", f"udpin:127.0.0.1:{port}", "--while-armed", "--once", "--out", str(out),
+             "--no-status"],
+            tmp_path,
+            name="record",
+        )  # fmt: skip
+        assert await record.await_exit(limit=90) == 0, record.stderr()
+    finally:
+        sim.kill()
+    (recording,) = downloads(out)
+    assert 0 < len(recording.read_bytes()) < len(flight.data)
+    assert "did not answer LOG_REQUEST_LIST" in record.stderr()
+    assert "the recording is kept as it is" in record.stderr()

@@ -185,11 +185,11 @@ class FlightBackfill:
             self._hand_on_all(system_id, held)
             return
         first = held[0]
-        how = first.how if len(held) == 1 else held[-1].how
+        how = held[-1].how  # how the flight's last recording ended
         try:
             size, note = await self._backfill(system_id, [log.finished.path for log in held])
         except asyncio.CancelledError:
-            self._hand_on_after_cancel(system_id, held)
+            self._hand_on_as_is(system_id, held)
             raise
         except (UlogstreamError, OSError) as err:
             logger.warning(
@@ -197,7 +197,7 @@ class FlightBackfill:
                 first.finished.path.name,
                 err,
             )
-            self._hand_on_all(system_id, held)
+            self._hand_on_as_is(system_id, held)
             return
         self._hand_on(system_id, replace(first.finished, size=size), f"{how}; {note}")
 
@@ -205,8 +205,8 @@ class FlightBackfill:
         for log in held:
             self._hand_on(system_id, log.finished, log.how)
 
-    def _hand_on_after_cancel(self, system_id: int, held: list[HeldLog]) -> None:
-        """Armed again mid-backfill: what is on disk goes on (merged or not, never lost)."""
+    def _hand_on_as_is(self, system_id: int, held: list[HeldLog]) -> None:
+        """A backfill cut short (armed again, failed): what is on disk goes on, merged or not."""
         first = held[0].finished
         if all(log.finished.path.exists() for log in held):
             self._hand_on_all(system_id, held)
