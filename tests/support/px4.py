@@ -184,6 +184,9 @@ class UdpRelay:
 
 def _udp_socket(port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # A log download comes at ~8 MB/s in bursts: room for them, so only the loss asked for
+    # loses datagrams (the kernel caps it at net.core.rmem_max).
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     sock.bind(("127.0.0.1", port))
     sock.setblocking(False)  # noqa: FBT003 (the socket API)
     return sock

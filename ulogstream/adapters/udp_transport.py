@@ -145,7 +145,7 @@ class UdpTransport:
         return b""
 
     async def pump(
-        self, handle: Callable[[bytes], None], *, pause: Callable[[], float] | None = None
+        self, handle: Callable[[bytes], object], *, pause: Callable[[], float] | None = None
     ) -> None:
         """Hand each datagram to ``handle`` as it arrives, until the transport is closed.
 

@@ -290,6 +290,8 @@ class LogTransfer:
         return max(4 * LOG_DATA_CHUNK, int(self.rate * self.round_trip_s))
 
     def _next_request(self, now: float) -> list[TransferOutput]:
+        if self._window_count and now > self._window_at:
+            self._sample(now)  # a range shorter than a window still measures the rate
         gaps = self.held.missing(self.size)
         first = next(gaps, None)
         if first is None:

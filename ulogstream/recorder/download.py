@@ -197,9 +197,13 @@ class LogDownloader:
         self._finals: list[ListingOutput | TransferOutput] = []
         self._reader: asyncio.Task[None] | None = None
 
-    def feed(self, data: bytes) -> None:
-        """A chunk from the link (an attached downloader's owner hands over what it reads)."""
-        self._handle(data)
+    def feed(self, data: bytes) -> bool:
+        """A chunk from the link (an attached downloader's owner hands over what it reads).
+
+        Returns:
+            True when it was one plain LOG_DATA frame, taken here: nothing else is in it.
+        """
+        return self._handle(data)
 
     async def __aenter__(self) -> Self:
         """Start reading the link and wait for the autopilot.
@@ -405,8 +409,12 @@ class LogDownloader:
         system_id, component_id = self.target
         self._send_bytes(self._codec.encode_log_request(request, system_id, component_id))  # type: ignore[arg-type]
 
-    def _handle(self, data: bytes) -> None:
-        """One chunk from the link: its messages to the running core (in the reader callback)."""
+    def _handle(self, data: bytes) -> bool:
+        """One chunk from the link: its messages to the running core (in the reader callback).
+
+        Returns:
+            True when it was one plain LOG_DATA frame (nothing else in it).
+        """
         now = time.monotonic()
         transfer = self._transfer
         if transfer is not None:
@@ -420,9 +428,9 @@ class LogDownloader:
                     and transfer.receive_next(ofs, chunk, now)
                 ):
                     self._write(ofs, chunk)
-                    return
+                    return True
                 self._receive_data(transfer, LogData(log_id, ofs, chunk, system_id), now)
-                return
+                return True
         for message in self._codec.decode_with_log_download(data):
             if isinstance(message, LogData):
                 if transfer is not None and message.system_id == self._system_id:
@@ -436,6 +444,7 @@ class LogDownloader:
                         self._fail(err)
             elif isinstance(message, Heartbeat):
                 self._heartbeat(message)
+        return False
 
     def _receive_data(self, transfer: LogTransfer, message: LogData, now: float) -> None:
         try:

@@ -119,11 +119,14 @@ class FlightBackfill:
             return None
         return f"backfilling from the SD log ({downloader.fetched / 1e6:.2f} MB read)"
 
-    def feed(self, data: bytes) -> None:
-        """A chunk from the link, while :attr:`listening`."""
+    def feed(self, data: bytes) -> bool:
+        """A chunk from the link, while :attr:`listening`.
+
+        Returns:
+            True when it was one LOG_DATA frame: the recorder has nothing more to do with it.
+        """
         downloader = self._downloader
-        if downloader is not None:
-            downloader.feed(data)
+        return downloader is not None and downloader.feed(data)
 
     def hold(self, system_id: int, finished: FinishedLog, how: str, *, flight_over: bool) -> None:
         """A recording of ``system_id``'s flight is finished; the flight may be over with it."""

@@ -583,8 +583,8 @@ class Recorder:
         packet = self._codec.decode_logging_data(data)
         if packet is None:
             flights = self.flights
-            if flights is not None and flights.listening:
-                flights.feed(data)  # a backfill's LOG_ENTRY and LOG_DATA
+            if flights is not None and flights.listening and flights.feed(data):
+                return  # a backfill's LOG_DATA, and nothing else
             messages = self._codec.decode(data)
             if not messages:
                 return
@@ -627,6 +627,8 @@ class Recorder:
 
     def _burst_pause(self) -> float:
         """How long the UDP socket may stay unread after a burst (see :data:`DATA_PAUSE_S`)."""
+        if self.flights is not None and self.flights.listening:
+            return 0.0  # a backfill's LOG_DATA comes at up to 8 MB/s: read it as it comes
         if self._urgent:
             self._urgent = False
             return 0.0
