@@ -28,13 +28,21 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.timeout(120)
 
 
-def vehicle(tmp_path: Path, log: Path, port: int, *extra: str) -> Process:
+def vehicle(tmp_path: Path, log: Path, port: int, *extra: str, sd_card: bool = True) -> Process:
     """``ulogstream sim LOG --sd-card`` sending to ``port`` (a downloader's udpin)."""
     return Process(
-        ["sim", str(log), f"udpout:127.0.0.1:{port}", "--sd-card", *extra],
+        ["sim", str(log), f"udpout:127.0.0.1:{port}", *(["--sd-card"] if sd_card else []), *extra],
         tmp_path,
         name="sim",
     )
+
+
+def flying_vehicle(tmp_path: Path, log: Path, port: int, *, sd_card: bool = True) -> Process:
+    """A simulated flight: armed until its log is delivered, 3 % loss, at 4x over USB."""
+    return vehicle(
+        tmp_path, log, port, "--armed", "--hold-end", "--loss", "0.03", "--speed", "4",
+        "--rate", "usb", sd_card=sd_card,
+    )  # fmt: skip
 
 
 def downloads(out: Path) -> list[Path]:
@@ -213,10 +221,7 @@ async def test_record_while_armed_completes_each_flight_from_the_sd_card(
     """
     flight = make_flight(tmp_path, duration_s=15, seed=6)
     port = free_udp_port()
-    sim = vehicle(
-        tmp_path, flight.path, port, "--armed", "--hold-end", "--loss", "0.03", "--speed", "4",
-        "--rate", "usb",
-    )  # fmt: skip
+    sim = flying_vehicle(tmp_path, flight.path, port)
     out = tmp_path / "rec"
     try:
         record = Process(
@@ -314,10 +319,7 @@ async def test_mqtt_hears_of_the_flight_once_it_is_complete(
     """
     flight = make_flight(tmp_path, duration_s=10, seed=13)
     port = free_udp_port()
-    sim = vehicle(
-        tmp_path, flight.path, port, "--armed", "--hold-end", "--loss", "0.03", "--speed", "4",
-        "--rate", "usb",
-    )  # fmt: skip
+    sim = flying_vehicle(tmp_path, flight.path, port)
     out = tmp_path / "rec"
     try:
         async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/#") as heard:
@@ -348,12 +350,7 @@ async def test_a_vehicle_that_serves_no_logs_leaves_the_flight_as_recorded(tmp_p
     """No answer to LOG_REQUEST_LIST: one warning, the recording kept as it is, exit 0."""
     flight = make_flight(tmp_path, duration_s=6, seed=14)
     port = free_udp_port()
-    sim = Process(
-        ["sim", str(flight.path), f"udpout:127.0.0.1:{port}", "--armed", "--hold-end",
-         "--loss", "0.03", "--speed", "4", "--rate", "usb"],
-        tmp_path,
-        name="sim",
-    )  # fmt: skip
+    sim = flying_vehicle(tmp_path, flight.path, port, sd_card=False)
     out = tmp_path / "rec"
     try:
         record = Process(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ UNFILLED_SHOWN = 10
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import AsyncIterator, Callable
     from typing import TextIO
 
     from ulogstream.download.packets import LogEntry
@@ -51,6 +53,21 @@ def _link(args: argparse.Namespace) -> LinkParts:
     }
     settings = load_settings(args.config, {k: v for k, v in options.items() if v is not None})
     return link_parts(settings)
+
+
+@contextlib.asynccontextmanager
+async def _listed(
+    parts: LinkParts, progress: Callable[[Progress], None] | None = None
+) -> AsyncIterator[tuple[LogDownloader, tuple[LogEntry, ...]]]:
+    """The link opened, the autopilot found and its logs listed; closed afterwards."""
+    transport = await open_transport(parts.connection, receive_buffer=RECEIVE_BUFFER)
+    try:
+        async with LogDownloader(
+            transport=transport, codec=parts.codec, progress=progress
+        ) as downloader:
+            yield downloader, await downloader.list_logs()
+    finally:
+        await transport.aclose()
 
 
 def configure_download(parser: argparse.ArgumentParser) -> None:
@@ -80,24 +97,17 @@ def run_download(args: argparse.Namespace) -> int:
     progress = ProgressBar(sys.stderr)
 
     async def main() -> int:
-        transport = await open_transport(parts.connection, receive_buffer=RECEIVE_BUFFER)
-        try:
-            async with LogDownloader(
-                transport=transport, codec=parts.codec, progress=progress
-            ) as downloader:
-                entries = await downloader.list_logs()
-                if args.list:
-                    sys.stdout.write(listing_text(entries))
-                    return 0
-                for entry in chosen(entries, args):
-                    try:
-                        done = await downloader.download(entry, log_path(args.out, entry))
-                    finally:
-                        progress.done()
-                    sys.stdout.write(downloaded_text(done) + "\n")
-                    sys.stdout.flush()
-        finally:
-            await transport.aclose()
+        async with _listed(parts, progress) as (downloader, entries):
+            if args.list:
+                sys.stdout.write(listing_text(entries))
+                return 0
+            for entry in chosen(entries, args):
+                try:
+                    done = await downloader.download(entry, log_path(args.out, entry))
+                finally:
+                    progress.done()
+                sys.stdout.write(downloaded_text(done) + "\n")
+                sys.stdout.flush()
         return 0
 
     return run_quietly(main())
@@ -254,26 +264,22 @@ def run_backfill(args: argparse.Namespace) -> int:
         sys.stdout.write(f"{path}: {len(files)} recordings of the flight merged into it\n")
 
     async def main() -> BackfillOutcome:
-        transport = await open_transport(parts.connection, receive_buffer=RECEIVE_BUFFER)
-        try:
-            async with LogDownloader(transport=transport, codec=parts.codec) as downloader:
-                entries = await downloader.list_logs()
-                if args.log_id is not None:
-                    entries = tuple(e for e in entries if e.id == args.log_id)
-                    if not entries:
-                        msg = f"the vehicle has no log {args.log_id} (see download --list)"
-                        raise CliError(msg)
-                return await backfill_recording(
-                    downloader,
-                    path,
-                    entries,
-                    ended_at=ended_at,
-                    max_bytes=int(args.max_mb * 1e6),
-                    fill_start=not args.no_start,
-                    fill_end=args.to_end,
-                )
-        finally:
-            await transport.aclose()
+        async with _listed(parts) as (downloader, listed):
+            entries = listed
+            if args.log_id is not None:
+                entries = tuple(e for e in listed if e.id == args.log_id)
+                if not entries:
+                    msg = f"the vehicle has no log {args.log_id} (see download --list)"
+                    raise CliError(msg)
+            return await backfill_recording(
+                downloader,
+                path,
+                entries,
+                ended_at=ended_at,
+                max_bytes=int(args.max_mb * 1e6),
+                fill_start=not args.no_start,
+                fill_end=args.to_end,
+            )
 
     started = time.monotonic()
     outcome = run_quietly(main())

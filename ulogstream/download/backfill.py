@@ -596,8 +596,9 @@ def merge_recordings(logs: Sequence[bytes]) -> bytes:
         BackfillError: One of them is not a ULog file with data.
     """
     merged = bytearray(logs[0])
-    known = set(plan_backfill(logs[0]).subscriptions)
-    last_us = _last_stamp(logs[0])
+    first = plan_backfill(logs[0])
+    known = set(first.subscriptions)
+    last_us = first.last.timestamp_us
     for log in logs[1:]:
         plan = plan_backfill(log)
         for offset, size, kind in _messages(log, HEADER_SIZE):
@@ -611,9 +612,5 @@ def merge_recordings(logs: Sequence[bytes]) -> bytes:
         gap_ms = max(0, plan.first.timestamp_us - last_us) // 1000
         merged += encode_dropouts(max(1, gap_ms))
         merged += log[plan.first_data : plan.size]
-        last_us = _last_stamp(log)
+        last_us = plan.last.timestamp_us
     return bytes(merged)
-
-
-def _last_stamp(log: bytes) -> int:
-    return plan_backfill(log).last.timestamp_us
