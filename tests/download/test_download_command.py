@@ -366,3 +366,21 @@ async def test_a_vehicle_that_serves_no_logs_leaves_the_flight_as_recorded(tmp_p
     assert 0 < len(recording.read_bytes()) < len(flight.data)
     assert "did not answer LOG_REQUEST_LIST" in record.stderr()
     assert "the recording is kept as it is" in record.stderr()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"hello", "{path} is not a ULog file: backfill completes recordings (.ulg)"),
+        (None, "cannot read {path}: No such file or directory"),
+    ],
+)
+def test_backfill_of_a_wrong_file_is_one_error_before_any_link(
+    tmp_path: Path, content: bytes | None, message: str
+) -> None:
+    path = tmp_path / "flight.ulg"
+    if content is not None:
+        path.write_bytes(content)
+    fill = Process(["backfill", str(path), "udpin:127.0.0.1:9"], tmp_path)
+    assert fill.wait(timeout=30) == 1
+    assert fill.stderr().strip() == f"ulogstream: error: {message.format(path=path)}"

@@ -18,6 +18,7 @@ from ulogstream.download.backfill import BackfillError, merge_recordings
 from ulogstream.recorder.backfill import BackfillOutcome, backfill_recording
 from ulogstream.recorder.download import LogDownloader, log_path
 from ulogstream.recorder.wiring import LinkParts, link_parts
+from ulogstream.ulog.spec import MAGIC
 
 RECEIVE_BUFFER = 8 << 20
 """A download's UDP receive buffer: PX4 sends a log at ~8 MB/s on a loopback or Ethernet link,
@@ -250,6 +251,11 @@ def run_backfill(args: argparse.Namespace) -> int:
     path = files[0]
     try:
         ended_at = max(file.stat().st_mtime for file in files)
+        for file in files:  # before the link: a wrong file is said at once
+            with file.open("rb") as stream:
+                if not stream.read(len(MAGIC)).startswith(MAGIC):
+                    msg = f"{file} is not a ULog file: backfill completes recordings (.ulg)"
+                    raise CliError(msg)
     except OSError as err:
         msg = f"cannot read {err.filename}: {err.strerror or err}"
         raise CliError(msg) from err

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from ulogstream.adapters.download_file import write_patched
-from ulogstream.download.backfill import BackfillResult, backfill, plan_backfill
+from ulogstream.download.backfill import BackfillError, BackfillResult, backfill, plan_backfill
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -133,7 +133,11 @@ async def backfill_recording(
         DownloadFileError: The completed log cannot be written.
     """
     log = await asyncio.to_thread(path.read_bytes)
-    plan = plan_backfill(log)
+    try:
+        plan = plan_backfill(log)
+    except BackfillError as err:
+        msg = f"{path}: {err}"
+        raise BackfillError(msg) from err
     outcome = BackfillOutcome(size=len(log))
     candidates = sorted((e for e in entries if e.size), key=lambda e: abs(e.time_utc - ended_at))[
         :CANDIDATES
