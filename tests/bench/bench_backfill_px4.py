@@ -86,7 +86,7 @@ async def main(blackout_s: float) -> None:
             for line in done.stdout.splitlines():
                 print(f"  {line.split(': ', 1)[-1]}")
             (sd,) = px4.sd_logs()
-        (completed,) = recordings(out)
+        completed = pieces[0]  # the others are kept as they were
         truth, ours = rows(sd), rows(completed)
         missing = sum(len(t.keys() - ours.get(k, {}).keys()) for k, t in truth.items())
         differing = sum(

@@ -384,3 +384,29 @@ def test_backfill_of_a_wrong_file_is_one_error_before_any_link(
     fill = Process(["backfill", str(path), "udpin:127.0.0.1:9"], tmp_path)
     assert fill.wait(timeout=30) == 1
     assert fill.stderr().strip() == f"ulogstream: error: {message.format(path=path)}"
+
+
+@pytest.mark.asyncio
+async def test_backfill_merges_a_flights_recordings_into_the_first_and_keeps_the_others(
+    tmp_path: Path,
+) -> None:
+    flight = make_flight(tmp_path, duration_s=8, seed=15)
+    data = flight.data
+    first_data = plan_backfill(data).first_data
+    cuts = [first_data]
+    while len(cuts) < 4000:  # message boundaries of the data section
+        cuts.append(cuts[-1] + 3 + (data[cuts[-1]] | data[cuts[-1] + 1] << 8))
+    a, b = tmp_path / "a.ulg", tmp_path / "b.ulg"
+    a.write_bytes(data[: cuts[1000]])  # the stream PX4 ended in a blackout
+    b.write_bytes(data[:first_data] + data[cuts[3000] :])  # the next stream: its own header
+    second = b.read_bytes()
+    port = free_udp_port()
+    sim = vehicle(tmp_path, flight.path, port, "--rate", "usb")
+    try:
+        fill = Process(["backfill", str(a), str(b), f"udpin:127.0.0.1:{port}"], tmp_path)
+        assert await fill.await_exit(limit=60) == 0, fill.stderr()
+    finally:
+        sim.kill()
+    assert a.read_bytes() == data
+    assert b.read_bytes() == second  # a file the user named is never removed
+    assert f"{b} kept as they are" in fill.stdout()

@@ -173,11 +173,12 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def merge_into(first: Path, others: Sequence[Path], merged: bytes) -> None:
-    """Replace ``first`` with ``merged`` atomically, then remove ``others`` (merged into it).
+def merge_into(first: Path, others: Sequence[Path], merged: bytes, *, remove: bool) -> None:
+    """Replace ``first`` with ``merged`` atomically; with ``remove``, then remove ``others``.
 
     A power cut before the rename leaves every recording; after it, ``merged`` holds them all,
-    so removing the others loses nothing.
+    so removing the others loses nothing. Only the recorder removes them (its own recordings);
+    files a user named are kept.
 
     Raises:
         DownloadFileError: A file cannot be written or removed.
@@ -190,7 +191,7 @@ def merge_into(first: Path, others: Sequence[Path], merged: bytes) -> None:
             os.fsync(target.fileno())
         temporary.replace(first)
         _fsync_dir(first.parent)
-        for other in others:
+        for other in others if remove else ():
             other.unlink()
     except OSError as err:
         with contextlib.suppress(OSError):

@@ -218,7 +218,7 @@ def configure_backfill(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         metavar="FILE.ulg",
         help="a recording with gaps, or the recordings of one flight (its stream restarted),"
-        " oldest first: merged into the first",
+        " oldest first: merged into the first (the others are kept)",
     )
     parser.add_argument("connection", help="the vehicle's link, e.g. udpin:0.0.0.0:14540")
     parser.add_argument(
@@ -266,8 +266,12 @@ def run_backfill(args: argparse.Namespace) -> int:
         except BackfillError as err:
             msg = f"cannot merge {', '.join(map(str, files))}: {err}"
             raise CliError(msg) from err
-        merge_into(path, files[1:], merged)
-        sys.stdout.write(f"{path}: {len(files)} recordings of the flight merged into it\n")
+        merge_into(path, files[1:], merged, remove=False)
+        kept = ", ".join(str(file) for file in files[1:])
+        sys.stdout.write(
+            f"{path}: {len(files)} recordings of the flight merged into it ({kept} kept as they"
+            " are: their data is in it now)\n"
+        )
 
     async def main() -> BackfillOutcome:
         async with _listed(parts) as (downloader, listed):

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ulogstream.adapters.download_file import merge_into
@@ -225,7 +226,7 @@ class FlightBackfill:
             merged = await asyncio.to_thread(
                 lambda: merge_recordings([path.read_bytes() for path in paths])
             )
-            await asyncio.to_thread(merge_into, first, paths[1:], merged)
+            await asyncio.to_thread(partial(merge_into, first, paths[1:], merged, remove=True))
             for path in paths[1:]:
                 await asyncio.to_thread(logbook.gone, path)
             logger.info("%s: the flight's %d recordings merged into it", first.name, len(paths))
