@@ -61,12 +61,21 @@ def main() -> None:
     parser.add_argument("--gap-s", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--radio", action="store_true")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        help="stream this ULog file (e.g. a real PX4 log from ../shared/data/ulg) instead of a"
+        " generated flight",
+    )
     args = parser.parse_args()
     print(f"{time.strftime('%Y-%m-%d %H:%M')} {sys.platform}, python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory() as temporary:
         work = Path(temporary)
         out = io.BytesIO()
-        generate_flight_log(out, duration_s=args.seconds, seed=3)
+        if args.log is not None:
+            out.write(args.log.read_bytes())
+        else:
+            generate_flight_log(out, duration_s=args.seconds, seed=3)
         log = work / "flight.ulg"
         log.write_bytes(out.getvalue())
         frames = int(len(out.getvalue()) / 249 / 3)  # a third into the flight
