@@ -62,6 +62,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--radio", action="store_true")
     parser.add_argument(
+        "--speed", default="1", help="the simulator's replay speed ('max': as fast as the link)"
+    )
+    parser.add_argument(
         "--log",
         type=Path,
         help="stream this ULog file (e.g. a real PX4 log from ../shared/data/ulg) instead of a"
@@ -81,7 +84,7 @@ def main() -> None:
         frames = int(len(out.getvalue()) / 249 / 3)  # a third into the flight
         sim = subprocess.Popen(
             ulogstream("sim", str(log), f"udpout:127.0.0.1:{PORT}", "--sd-card", "--rate", "usb",
-                       "--cut-at", f"{frames}:{args.gap_s}"),
+                       "--cut-at", f"{frames}:{args.gap_s}", "--speed", args.speed),
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
