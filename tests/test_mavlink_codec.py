@@ -27,6 +27,7 @@ from ulogstream.mavlink_crc import CRC_EXTRAS
 from ulogstream.stream.packets import (
     MAV_CMD_LOGGING_START,
     MAV_TYPE_ONBOARD_CONTROLLER,
+    AutopilotVersion,
     CommandAck,
     CommandLong,
     Heartbeat,
@@ -391,6 +392,23 @@ def test_every_frame_we_build_is_pymavlinks_byte_for_byte(
                 command, byte, target_system=system, target_component=component
             ),
         ),
+        (
+            ours.encode_autopilot_version(uid=sequence << 40 | byte, uid2=bytes([byte]) * 18),
+            theirs.autopilot_version_encode(
+                0,
+                0,
+                0,
+                0,
+                0,
+                bytes(8),
+                bytes(8),
+                bytes(8),
+                0,
+                0,
+                sequence << 40 | byte,
+                uid2=bytes([byte]) * 18,
+            ),
+        ),
     ]
     for mine, message in pairs:
         assert mine == _pymavlink_frame(theirs, message), message
@@ -412,11 +430,16 @@ def test_every_message_we_use_decodes_from_pymavlinks_frames_as_pymavlink_reads_
     ack = mav.command_ack_encode(command, value, target_system=system, target_component=component)
     long = mav.command_long_encode(system, component, command, 0, param1, 1, 2, 3, 4, 5, 6)
     logging_ack = mav.logging_ack_encode(system, component, command)
-    frames = [_pymavlink_frame(mav, m) for m in (ack, long, logging_ack)]
+    uid2 = bytes(range(value, value + 18)) if value < 200 else bytes(18)
+    version = mav.autopilot_version_encode(
+        value, 1, 2, 3, 4, bytes(8), bytes(8), bytes(8), 5, 6, command << 32 | value, uid2=uid2
+    )
+    frames = [_pymavlink_frame(mav, m) for m in (ack, version, long, logging_ack)]
     decoded = receiver().decode(heartbeat + b"".join(frames))
     expected: list[object] = [
         Heartbeat(1, 1, value, value ^ 1, value),
         CommandAck(command, value, 1, 1, system, component),
+        AutopilotVersion(command << 32 | value, uid2, 1, 1),
     ]
     if addressed:
         expected += [
@@ -424,6 +447,28 @@ def test_every_message_we_use_decodes_from_pymavlinks_frames_as_pymavlink_reads_
             LoggingAck(command, 1, 1, system, component),
         ]
     assert decoded == expected
+
+
+@pytest.mark.parametrize(
+    ("uid", "uid2", "guid"),
+    [
+        (
+            5,
+            bytes.fromhex("000600000000383233333039510700340029"),
+            "000600000000383233333039510700340029",
+        ),
+        (0x4954414C44494E56, bytes([7]) + bytes(17), "07" + "00" * 17),  # PX4 SITL instance 7
+        (0x1234, bytes(18), "0000000000001234"),  # no GUID (ArduPilot): the 64-bit uid
+        (0, bytes(18), None),
+    ],
+)
+def test_the_autopilots_guid_is_uid2_in_hex_as_px4_logs_spell_sys_uuid(
+    uid: int, uid2: bytes, guid: str | None
+) -> None:
+    frame = vehicle().encode_autopilot_version(uid=uid, uid2=uid2)
+    (decoded,) = receiver().decode(frame)
+    assert isinstance(decoded, AutopilotVersion)
+    assert decoded.guid == guid
 
 
 def test_mavlink1_heartbeat_decodes() -> None:

@@ -1,7 +1,7 @@
 """The only module that touches pymavlink: MAVLink 2 wire bytes <-> ulogstream's packet values.
 
 Framing is our own (pymavlink's receive buffer only compacts when it runs exactly empty, so it
-grows without bound on serial reads that split frames; protocol.md). The six messages ulogstream
+grows without bound on serial reads that split frames; protocol.md). The few messages ulogstream
 uses are packed and unpacked here with ``struct`` and the compiled CRC (``fastcrc``, as pymavlink
 uses it), their layouts and CRC_EXTRA taken from pymavlink's common dialect (:mod:`~ulogstream.
 mavlink_crc`) and held byte for byte against pymavlink's own encode and decode by the tests.
@@ -31,7 +31,9 @@ from ulogstream.stream.packets import (
     MAV_COMP_ID_AUTOPILOT1,
     MAV_STATE_ACTIVE,
     MAV_TYPE_ONBOARD_CONTROLLER,
+    MAVLINK_MSG_ID_AUTOPILOT_VERSION,
     MAX_DATA_LENGTH,
+    AutopilotVersion,
     CommandAck,
     CommandLong,
     Heartbeat,
@@ -76,6 +78,7 @@ MAX_FRAME_LEN: Final = HEADER_LEN_V2 + 255 + CHECKSUM_LEN + SIGNATURE_LEN
 """Longest MAVLink frame (280 bytes): the codec never holds more than this between calls."""
 
 _IFLAG_SIGNED: Final = 0x01
+_UID2_LENGTH: Final = 18
 _MAX_ID: Final = 255
 _LOGGING_HEADER_LEN: Final = 6
 _SIGNING_EPOCH: Final = 1_420_070_400
@@ -552,6 +555,11 @@ class MavlinkCodec:
                 target_system=target_system,
                 target_component=target_component,
             )
+        if msg_id == MAVLINK_MSG_ID_AUTOPILOT_VERSION:
+            _capabilities, uid, *_versions, uid2 = layout.unpack_from(payload)
+            return AutopilotVersion(
+                uid=uid, uid2=uid2, system_id=system_id, component_id=component_id
+            )
         if msg_id == MAVLINK_MSG_ID_COMMAND_LONG:
             param1, *_params, command, target_system, target_component, _confirmation = (
                 layout.unpack_from(payload)
@@ -710,7 +718,11 @@ class MavlinkCodec:
     def encode_command_long(
         self, command: int, param1: float, target_system: int, target_component: int
     ) -> bytes:
-        """COMMAND_LONG ``command`` (LOGGING_START 2510 with param1 0 = ULog, LOGGING_STOP 2511)."""
+        """COMMAND_LONG ``command`` with ``param1``.
+
+        LOGGING_START 2510 with param1 0 = ULog, LOGGING_STOP 2511, REQUEST_MESSAGE 512 with
+        param1 the message id.
+        """
         if self._mav is not None:
             return self._signed_frame(
                 self._mav.command_long_encode(
@@ -730,6 +742,31 @@ class MavlinkCodec:
         layout = _LAYOUTS[MAVLINK_MSG_ID_COMMAND_LONG]
         payload = layout.pack(param1, 0, 0, 0, 0, 0, 0, command, target_system, target_component, 0)
         return self._frame(MAVLINK_MSG_ID_COMMAND_LONG, payload)
+
+    def encode_autopilot_version(self, *, uid: int, uid2: bytes) -> bytes:
+        """AUTOPILOT_VERSION with the unique ids ``uid`` and ``uid2`` (a simulated vehicle's)."""
+        uid2 = uid2.ljust(_UID2_LENGTH, b"\0")
+        if self._mav is not None:
+            return self._signed_frame(
+                self._mav.autopilot_version_encode(
+                    capabilities=0,
+                    flight_sw_version=0,
+                    middleware_sw_version=0,
+                    os_sw_version=0,
+                    board_version=0,
+                    flight_custom_version=bytes(8),
+                    middleware_custom_version=bytes(8),
+                    os_custom_version=bytes(8),
+                    vendor_id=0,
+                    product_id=0,
+                    uid=uid,
+                    uid2=uid2,
+                )
+            )
+        payload = _LAYOUTS[MAVLINK_MSG_ID_AUTOPILOT_VERSION].pack(
+            0, uid, 0, 0, 0, 0, 0, 0, bytes(8), bytes(8), bytes(8), uid2
+        )
+        return self._frame(MAVLINK_MSG_ID_AUTOPILOT_VERSION, payload)
 
     def encode_heartbeat(
         self,
@@ -841,6 +878,7 @@ _USED_IDS: Final = frozenset(
         MAVLINK_MSG_ID_COMMAND_LONG,
         MAVLINK_MSG_ID_COMMAND_ACK,
         MAVLINK_MSG_ID_LOGGING_ACK,
+        MAVLINK_MSG_ID_AUTOPILOT_VERSION,
         *_LOGGING_DATA_IDS,
     }
 )
@@ -866,6 +904,7 @@ _LAYOUTS: Final[dict[int, struct.Struct]] = {
     MAVLINK_MSG_ID_COMMAND_LONG: struct.Struct("<7fHBBB"),
     MAVLINK_MSG_ID_COMMAND_ACK: struct.Struct("<HBBiBB"),
     MAVLINK_MSG_ID_LOGGING_ACK: struct.Struct("<HBB"),
+    MAVLINK_MSG_ID_AUTOPILOT_VERSION: struct.Struct("<QQIIIIHH8s8s8s18s"),
     MAVLINK_MSG_ID_LOG_REQUEST_LIST: struct.Struct("<HHBB"),
     MAVLINK_MSG_ID_LOG_ENTRY: struct.Struct("<IIHHH"),
     MAVLINK_MSG_ID_LOG_REQUEST_DATA: struct.Struct("<IIHBB"),
@@ -876,7 +915,9 @@ _LAYOUTS: Final[dict[int, struct.Struct]] = {
 LOGGING_DATA: HEARTBEAT (custom_mode, type, autopilot, base_mode, system_status,
 mavlink_version), COMMAND_LONG (param1-7, command, target_system, target_component,
 confirmation), COMMAND_ACK (command, result, then the extensions progress, result_param2,
-target_system, target_component), LOGGING_ACK (sequence, target_system, target_component), and
+target_system, target_component), LOGGING_ACK (sequence, target_system, target_component),
+AUTOPILOT_VERSION (capabilities, uid, the four versions, vendor_id, product_id, the three custom
+versions, then the extension uid2), and
 the log download's LOG_REQUEST_LIST (start, end, targets), LOG_ENTRY (time_utc, size, id,
 num_logs, last_log_num), LOG_REQUEST_DATA (ofs, count, id, targets), LOG_DATA (ofs, id, count,
 data) and LOG_REQUEST_END (targets)."""

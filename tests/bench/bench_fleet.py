@@ -228,7 +228,7 @@ async def fleet(
         argv = ["record", f"udpin:127.0.0.1:{link}", "--once", "--out", str(out), "--mqtt", url]
         recorders.append(spawn([*argv, "--no-status"], work / f"record{i}.err"))
     for recorder in recorders:
-        await wait_for_line(recorder, "MQTT connected")
+        await wait_for_line(recorder, "listening on")  # MQTT: at first contact
     broker_cpu = cpu_of(broker_pid)
     started = time.monotonic()
     sims = [

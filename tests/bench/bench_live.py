@@ -364,8 +364,10 @@ async def latency_run(log: Path, broker: int, tmp: Path, *, flush_on_receive: bo
     await sub.start()
     with mock.patch.object(recorder_module, "open_transport", open_timed):
         recorder = build_recorder(settings)
-        publisher = recorder.publisher
-        assert publisher is not None
+        make_publisher = recorder.parts.publisher
+        assert make_publisher is not None
+        publisher = make_publisher(VEHICLE_ID)  # the one vehicle's, timed below
+        recorder.parts.publisher = lambda _vehicle_id: publisher
         sink, policy = publisher.sink, publisher.policy
         offer, flush_due = sink.offer, policy.flush_due
 
@@ -393,8 +395,7 @@ async def latency_run(log: Path, broker: int, tmp: Path, *, flush_on_receive: bo
             mock.patch.object(Pipeline, "receive", receive),
         ):
             running = asyncio.create_task(recorder.run())
-            while not sink.connected:  # noqa: ASYNC110  # a plain flag of the sink
-                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # the link opens; MQTT connects at the vehicle's contact
             sim_log = (tmp / "sim-latency.log").open("wb")
             sim = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "ulogstream", "sim", str(log),

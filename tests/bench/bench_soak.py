@@ -212,7 +212,7 @@ async def soak(
     sim: Process | None = None
     started = time.monotonic()
     try:
-        await daemon.await_line("MQTT connected")
+        await daemon.await_line("listening on")  # MQTT connects at the vehicle's first contact
         rate = str(int(rate_factor * USB_LINK_RATE))
         sim = Process(
             [

@@ -43,6 +43,7 @@ from ulogstream.sim.vehicle import USB_LINK_RATE, VehicleConfig
 from ulogstream.stream.packets import (
     MAV_CMD_LOGGING_START,
     MAV_CMD_LOGGING_STOP,
+    MAV_CMD_REQUEST_MESSAGE,
     CommandLong,
     LoggingPacket,
 )
@@ -376,8 +377,11 @@ async def test_new_log_with_another_header_mid_stream_starts_a_second_file(
         while True:
             for message in codec.decode(await vehicle.receive()):
                 if isinstance(message, CommandLong):
-                    commands.append(message.command)
                     vehicle.send(codec.encode_command_ack(message.command, 0, 254, 155))
+                    if message.command == MAV_CMD_REQUEST_MESSAGE:  # who it is: no GUID
+                        vehicle.send(codec.encode_autopilot_version(uid=0, uid2=b""))
+                    else:
+                        commands.append(message.command)
 
     answering = asyncio.create_task(answer_commands())
     try:

@@ -33,11 +33,17 @@ def files(root: Path, pattern: str, *, depth: int) -> list[Path]:
 
 
 async def record_vehicles(
-    recorder: Recorder, port: int, logs: dict[int, bytes], *, wait_for: set[int]
+    recorder: Recorder,
+    port: int,
+    logs: dict[int, bytes],
+    *,
+    wait_for: set[int],
+    silent: frozenset[int] = frozenset(),
 ) -> dict[int, SimSummary]:
     """Vehicles with the given sysids stream their log to ``udpin`` ``port``.
 
-    The recorder is stopped once every vehicle in ``wait_for`` delivered its whole log.
+    The recorder is stopped once every vehicle in ``wait_for`` delivered its whole log. Those in
+    ``silent`` give no AUTOPILOT_VERSION.
     """
     delivered: set[int] = set()
     stop = asyncio.Event()
@@ -57,7 +63,9 @@ async def record_vehicles(
             run_vehicle(
                 log,
                 await UdpTransport.connect("127.0.0.1", port),
-                config=replace(FAST, system_id=system_id),
+                config=replace(
+                    FAST, system_id=system_id, autopilot_version=system_id not in silent
+                ),
                 stop_event=stop,
                 on_log_delivered=on_delivered(system_id),
             )
@@ -79,32 +87,38 @@ async def record_vehicles(
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(90)
-async def test_every_vehicle_on_a_link_is_recorded_apart(tmp_path: Path) -> None:
-    uuids = {1: "1" * 36, 2: "2" * 36}
+async def test_every_vehicle_on_a_link_is_recorded_apart_under_its_own_id_from_the_start(
+    tmp_path: Path,
+) -> None:
+    uuids = {1: "1" * 36, 2: "2" * 36, 3: "3" * 36}
     logs = {
         1: with_sys_uuid(flight_log(2.0, seed=41), uuids[1]),
         2: with_sys_uuid(flight_log(2.5, seed=42), uuids[2]),
+        3: with_sys_uuid(flight_log(1.5, seed=40), uuids[3]),
     }
     port = free_udp_port()
     link = f"udpin:127.0.0.1:{port}"
-    recorder = build_recorder(recorder_settings(link, tmp_path))
-    summaries = await record_vehicles(recorder, port, logs, wait_for={1, 2})
-    # Until a log showed their sys_uuid, host, link and sysid name them.
-    stand_in = f"{socket.gethostname().split('.')[0]}-udpin-127.0.0.1-{port}-sysid"
-    assert recorder.vehicle_ids == {1: f"{stand_in}1", 2: f"{stand_in}2"}
-    for system_id, log in logs.items():
-        recorded = files(tmp_path / recorder.vehicle_ids[system_id], "*.ulg", depth=2)
-        assert [path.read_bytes() for path in recorded] == [log]
-    # Each vehicle got its acks and its STOP at its own address (udpin has two peers here).
-    assert {system_id: s.logs_stopped for system_id, s in summaries.items()} == {1: 1, 2: 1}
-    assert set(recorder.vehicles) == {1, 2}
-
-    again = build_recorder(recorder_settings(link, tmp_path))
-    await record_vehicles(again, port, logs, wait_for={1, 2})
-    assert again.vehicle_ids == uuids  # remembered from the first logs
-    for system_id, log in logs.items():
-        recorded = files(tmp_path / uuids[system_id], "*.ulg", depth=2)
-        assert [path.read_bytes() for path in recorded] == [log]
+    # The autopilots' AUTOPILOT_VERSION names them from their first file; sysid 3 gives none,
+    # so host, link and sysid stand in for it, and keep standing in: one vehicle, one place.
+    stand_in = f"{socket.gethostname().split('.')[0]}-udpin-127.0.0.1-{port}-sysid3"
+    expected = {1: uuids[1], 2: uuids[2], 3: stand_in}
+    for run in range(2):
+        recorder = build_recorder(recorder_settings(link, tmp_path))
+        summaries = await record_vehicles(
+            recorder, port, logs, wait_for={1, 2, 3}, silent=frozenset({3})
+        )
+        assert recorder.vehicle_ids == expected, run
+        for system_id, log in logs.items():
+            recorded = files(tmp_path / expected[system_id], "*.ulg", depth=2)
+            assert [path.read_bytes() for path in recorded] == [log] * (run + 1)
+        # Each vehicle got its acks and its STOP at its own address (udpin has three peers).
+        assert {system_id: s.logs_stopped for system_id, s in summaries.items()} == {
+            1: 1,
+            2: 1,
+            3: 1,
+        }
+    folders = {p.name for p in tmp_path.iterdir() if not p.name.startswith(".")}  # noqa: ASYNC240
+    assert folders == set(expected.values())  # nothing under another id
 
 
 @pytest.mark.asyncio
@@ -161,25 +175,19 @@ async def test_another_receiver_with_our_ids_is_warned_about_once(
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(90)
-async def test_a_lone_vehicle_with_another_sysid_is_the_recorders_own_from_the_next_start(
+async def test_a_lone_vehicle_with_another_sysid_is_the_recorders_own_from_its_first_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="ulogstream")
     uuid = "7" * 36
     log = with_sys_uuid(flight_log(1.5, seed=45), uuid)
     port = free_udp_port()
-    link = f"udpin:127.0.0.1:{port}"
-    first = build_recorder(recorder_settings(link, tmp_path))
+    first = build_recorder(recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path))
     await record_vehicles(first, port, {7: log}, wait_for={7})
-    assert first.vehicle_ids[7].endswith("-sysid7")  # the stand-in until a log shows sys_uuid
-
-    caplog.clear()
-    again = build_recorder(recorder_settings(link, tmp_path))
-    await record_vehicles(again, port, {7: log}, wait_for={7})
-    assert again.vehicle_ids == {7: uuid}
-    assert again.identity.home == 7  # MAV_SYS_ID 7 is the recorder's own vehicle now
-    assert again.vehicles[7].files.sink.folder == tmp_path / uuid
+    assert first.vehicle_ids == {7: uuid}
+    assert first.pipeline is first.vehicles[7]  # MAV_SYS_ID 7 is the recorder's own vehicle
+    assert first.vehicles[7].files.sink.folder == tmp_path / uuid
     assert [path.read_bytes() for path in files(tmp_path / uuid, "*.ulg", depth=2)] == [log]
     lines = [r.getMessage() for r in caplog.records]
-    assert any(line.startswith(f"vehicle id '{uuid}' (mqtt.vehicle_id default") for line in lines)
-    assert not any(line.startswith("vehicle sysid 7: vehicle id") for line in lines)
+    said = f"vehicle sysid 7: vehicle id '{uuid}' ({{sys_uuid}}: the autopilot's GUID"
+    assert any(line.startswith(said) for line in lines), lines

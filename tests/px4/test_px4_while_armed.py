@@ -50,6 +50,10 @@ async def test_two_flights_in_one_run_give_two_files_each_its_flight(tmp_path: P
         sd_logs = px4.sd_logs()
     files = recordings(out)
     assert len(files) == 2
+    # The vehicle is named by its AUTOPILOT_VERSION GUID from its first file on. SITL's GUID is
+    # its instance then zeros; its logs carry no sys_uuid, so nothing else could name it.
+    guid = bytes([px4.instance]).hex() + "00" * 17
+    assert {path.parent.parent for path in files} == {out / guid}
     assert len(sd_logs) == 2  # PX4's own logs: one per flight (SDLOG_MODE 0)
     assert "2 logs recorded" in recorder.stdout()
     # Each file is its flight: it spans PX4's own log of that flight and no part of the other.

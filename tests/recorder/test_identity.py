@@ -10,7 +10,6 @@ import pytest
 from ulogstream.recorder.identity import (
     VehicleIds,
     client_id_of,
-    remember_sys_uuid,
     uses_sys_uuid,
     vehicle_id_of,
 )
@@ -75,21 +74,43 @@ def test_sys_uuid_in_the_vehicle_id_waits_for_it_behind_the_default() -> None:
     assert vehicle_id_of(template, link="/dev/pixhawk", sys_uuid="0006ab") == "px4-0006ab"
 
 
-def test_a_remembered_sys_uuid_names_the_vehicle_from_the_next_start(tmp_path: Path) -> None:
-    first = VehicleIds(out_dir=tmp_path, link="/dev/pixhawk", template=None, target_sysid=None)
-    host = socket.gethostname().split(".")[0]
-    assert first.identify(first.home) == (f"{host}-pixhawk-sysid1", None)
-    assert first.learned(1, "0006ab") == "0006ab"
-    remember_sys_uuid(first.memory(1), "0006ab")
+GUID = "000600000000383233333039510700340029"
 
-    again = VehicleIds(out_dir=tmp_path, link="/dev/pixhawk", template=None, target_sysid=None)
-    assert again.identify(again.home) == ("0006ab", "0006ab")
-    assert again.learned(1, "0006ab") is None  # no change to announce
+
+def ids_on(out_dir: Path, link: str = "/dev/pixhawk", template: str | None = None) -> VehicleIds:
+    return VehicleIds(out_dir=out_dir, link=link, template=template, target_sysid=None)
+
+
+def test_the_autopilots_guid_names_the_vehicle_from_its_first_file(tmp_path: Path) -> None:
+    first = ids_on(tmp_path)
+    vehicle, source = first.identify(1, GUID)
+    assert vehicle == GUID
+    assert "AUTOPILOT_VERSION" in source
+    # a later start whose request went unanswered (a lossy radio) keeps the same id
+    again = ids_on(tmp_path)
+    assert again.identify(1, None)[0] == GUID
+    # another autopilot on the same port (sysid 1 too) is named by its own answer
+    swapped = ids_on(tmp_path)
+    assert swapped.identify(1, "0006ff")[0] == "0006ff"
+
+
+def test_without_any_guid_the_stand_in_is_remembered_and_never_changes(tmp_path: Path) -> None:
+    host = socket.gethostname().split(".")[0]
+    first = ids_on(tmp_path)
+    vehicle, source = first.identify(1, None)
+    assert vehicle == f"{host}-pixhawk-sysid1"
+    assert "stand in" in source
+    for _ in range(2):
+        assert ids_on(tmp_path).identify(1, None)[0] == vehicle
+
+
+def test_a_template_without_sys_uuid_remembers_nothing(tmp_path: Path) -> None:
+    ids = ids_on(tmp_path, template="uav-{sysid}")
+    assert ids.identify(3, GUID) == ("uav-3", "")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_second_vehicle_without_sysid_in_the_template_gets_one_appended(tmp_path: Path) -> None:
-    ids = VehicleIds(
-        out_dir=tmp_path, link="udpin:0.0.0.0:14550", template="uav", target_sysid=None
-    )
-    assert ids.identify(1)[0] == "uav"
-    assert ids.identify(2)[0] == "uav-sysid2"
+    ids = ids_on(tmp_path, link="udpin:0.0.0.0:14550", template="uav")
+    assert ids.identify(2, None)[0] == "uav"  # the first heard, whatever its sysid
+    assert ids.identify(1, None)[0] == "uav-sysid1"

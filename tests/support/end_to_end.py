@@ -39,6 +39,7 @@ from ulogstream.sim.vehicle import (
 from ulogstream.stream.packets import (
     MAV_CMD_LOGGING_START,
     MAV_CMD_LOGGING_STOP,
+    MAV_CMD_REQUEST_MESSAGE,
     MAV_COMP_ID_AUTOPILOT1,
     MAV_COMP_ID_LOG,
     CommandLong,
@@ -488,12 +489,17 @@ def _set_done(future: asyncio.Future[None]) -> None:
 
 
 class CountingTransport:
-    """Wraps the vehicle's transport and counts the commands it receives from clients."""
+    """Wraps the vehicle's transport and counts the commands it receives from clients.
+
+    :attr:`commands` are the logging commands (START, STOP) in order; :attr:`requests` the
+    messages asked for with MAV_CMD_REQUEST_MESSAGE (AUTOPILOT_VERSION at first contact).
+    """
 
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
         self.codec = MavlinkCodec(system_id=1, component_id=MAV_COMP_ID_AUTOPILOT1)
         self.commands: list[int] = []
+        self.requests: list[int] = []
 
     @property
     def dropped_sends(self) -> int:
@@ -503,9 +509,12 @@ class CountingTransport:
     async def receive(self) -> bytes:
         """Receive from the inner transport, noting every COMMAND_LONG."""
         data = await self.inner.receive()
-        self.commands.extend(
-            m.command for m in self.codec.decode(data) if isinstance(m, CommandLong)
-        )
+        for message in self.codec.decode(data):
+            if isinstance(message, CommandLong):
+                if message.command == MAV_CMD_REQUEST_MESSAGE:
+                    self.requests.append(int(message.param1))
+                else:
+                    self.commands.append(message.command)
         return data
 
     def send(self, data: bytes) -> None:

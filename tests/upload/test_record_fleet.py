@@ -118,7 +118,8 @@ async def test_two_recorders_on_one_host_keep_two_vehicles_apart_by_default(
 ) -> None:
     """Default settings, one out_dir: the vehicles never mix in topics or folders.
 
-    Host, link and sysid name them at first, their autopilots' sys_uuid from the next start.
+    Their autopilots' GUIDs (AUTOPILOT_VERSION, PX4's ``sys_uuid``) name them from the first
+    file of the first run; MAV_SYS_ID 2 is the recorder's own vehicle from the start too.
     """
     ports = [free_udp_port(), free_udp_port()]
     sysids = [1, 2]
@@ -130,9 +131,7 @@ async def test_two_recorders_on_one_host_keep_two_vehicles_apart_by_default(
         path.write_bytes(with_sys_uuid(flight.data, uuid))
         flights.append(path)
     out = tmp_path / "recordings"  # shared, as the default out_dir is on one host
-    host = socket.gethostname().split(".")[0]
-    stand_ins = [f"{host}-udpin-127.0.0.1-{p}-sysid{n}" for p, n in zip(ports, sysids, strict=True)]
-    for run, expected in enumerate([stand_ins, uuids]):
+    for run in range(2):
         topic = "ulogstream/+/meta/status"
         async with subscriber(mosquitto.host, mosquitto.port, topic) as got:
             recorders = [
@@ -141,68 +140,64 @@ async def test_two_recorders_on_one_host_keep_two_vehicles_apart_by_default(
             ]
             processes.extend(recorders)
             for recorder in recorders:
-                await recorder.await_line("MQTT connected")
+                await recorder.await_line("listening on")
             for i, (port, sysid) in enumerate(zip(ports, sysids, strict=True)):
                 sim = fly(tmp_path, flights[i], port, f"sim{run}-{i}", "--sysid", str(sysid))
                 processes.append(sim)
             for recorder in recorders:
                 assert await recorder.await_exit(limit=60) == 0
 
-            def both_trees(trees: frozenset[str] = frozenset(expected)) -> bool:
-                # live ones only: not the first run's, which the broker retained
+            def both_trees(trees: frozenset[str] = frozenset(uuids)) -> bool:
                 return {m.topic.split("/")[1] for m in got if not m.retain} == trees
 
             await eventually(both_trees, what="not two vehicle trees")
 
-        for i, (recorder, vehicle) in enumerate(zip(recorders, expected, strict=True)):
+        for i, (recorder, vehicle) in enumerate(zip(recorders, uuids, strict=True)):
             text = recorder.stderr()
-            # sysid 2 is the recorder's own vehicle from the second start (its Last Will)
-            own = sysids[i] == 1 or run == 1
-            line = f"vehicle id '{vehicle}' (" if own else f"sysid 2: vehicle id '{vehicle}'"
-            assert line in text
-            assert f"client id 'ulogstream-{vehicle}'" in text or not own
+            said = f"sysid {sysids[i]}: vehicle id '{vehicle}' ({{sys_uuid}}: the autopilot's"
+            assert said in text
+            assert f"client id 'ulogstream-{vehicle}'" in text
             assert text.count("MQTT connected") == 1  # the two never took each other's session
-            (log,) = recordings(out / vehicle)
-            assert log.read_bytes() == flights[i].read_bytes()
-            if run == 0:
-                assert f"the vehicle id becomes '{uuids[i]}' at the next start" in text
-            else:
-                assert "becomes" not in text
-    assert {p.name for p in out.iterdir() if not p.name.startswith(".")} == {*stand_ins, *uuids}
+            logs = recordings(out / vehicle)
+            assert [log.read_bytes() for log in logs] == [flights[i].read_bytes()] * (run + 1)
+    assert {p.name for p in out.iterdir() if not p.name.startswith(".")} == set(uuids)
 
 
 @pytest.mark.asyncio
-async def test_a_sys_uuid_vehicle_id_is_learnt_from_a_log_and_used_from_the_next_start(
+async def test_an_autopilot_without_a_guid_keeps_its_stand_in_id_for_good(
     tmp_path: Path, mosquitto: Broker, processes: list[Process]
 ) -> None:
+    """No AUTOPILOT_VERSION: host, link and sysid stand in, remembered, never moved by a log."""
     flight = make_flight(tmp_path, duration_s=1.5, seed=10)
-    uuid = SIM_SYS_UUID
     port = free_udp_port()
     host = socket.gethostname().split(".")[0]
     out = tmp_path / "recordings"
     stand_in = f"px4-{host}-udpin-127.0.0.1-{port}-sysid1"
     async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/status") as got:
-        stderr: list[str] = []
         for run in range(2):
             recorder = record(
                 tmp_path, port, out, mosquitto, "--vehicle-id", "px4-{sys_uuid}", name=f"r{run}"
             )
-            await fly_to_the_end(recorder, tmp_path, flight.path, port, processes, name=f"sim{run}")
-            stderr.append(recorder.stderr())
-        first, second = stderr
+            processes.append(recorder)
+            await recorder.await_line("listening on")
+            sim = fly(tmp_path, flight.path, port, f"sim{run}", "--no-autopilot-version")
+            processes.append(sim)
+            assert await recorder.await_exit(limit=60) == 0
+            assert await sim.await_exit() == 0
+            assert f"vehicle id '{stand_in}'" in recorder.stderr()
+            said = "host, link and sysid stand in" if run == 0 else "the one remembered in"
+            assert said in recorder.stderr()
         await eventually(
-            lambda: {m.topic.split("/")[1] for m in got} == {stand_in, f"px4-{uuid}"},
-            what="not the stand-in id, then the sys_uuid one",
+            lambda: any(m.topic == f"ulogstream/{stand_in}/meta/status" for m in got),
+            what="no status under the stand-in id",
         )
+        assert {m.topic.split("/")[1] for m in got if not m.retain} == {stand_in}
 
-    assert f"vehicle id '{stand_in}'" in first
-    assert "sys_uuid not known yet" in first
-    assert f"becomes 'px4-{uuid}' at the next start" in first
-    assert f"vehicle id 'px4-{uuid}'" in second
-    assert f"sys_uuid {uuid} from the last log" in second
-    assert "becomes" not in second
-    assert (out / f".sys_uuid-udpin-127.0.0.1-{port}-sysid1").read_text().strip() == uuid
-    assert {p.name for p in out.iterdir() if p.is_dir()} == {stand_in, f"px4-{uuid}"}
+    remembered = out / f".sys_uuid-udpin-127.0.0.1-{port}-sysid1"
+    assert remembered.read_text().strip() == stand_in.removeprefix("px4-")
+    assert str(SIM_SYS_UUID).encode() in flight.data  # its logs carry one: it moves nothing
+    assert {p.name for p in out.iterdir() if p.is_dir()} == {stand_in}
+    assert len(recordings(out / stand_in)) == 2
 
 
 @pytest.mark.asyncio
@@ -293,3 +288,36 @@ def data_on_disk(out: Path) -> bool:
                 return True
             position += 3 + size
     return False
+
+
+@pytest.mark.asyncio
+async def test_every_vehicle_the_recorder_served_goes_offline_when_it_is_killed(
+    tmp_path: Path, mosquitto: Broker, processes: list[Process]
+) -> None:
+    """Each vehicle's connection carries its own Last Will (a connection has one)."""
+    port = free_udp_port()
+    uuids = {2: "2" * 36, 3: "3" * 36}  # MAV_SYS_ID 2 and 3: neither is PX4's default
+    recorder = record(tmp_path, port, tmp_path / "out", mosquitto)
+    processes.append(recorder)
+    await recorder.await_line("listening on")
+    async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/status") as got:
+
+        def online(vehicle: str) -> bool | None:
+            statuses = [m for m in got if m.topic == f"ulogstream/{vehicle}/meta/status"]
+            value = json.loads(statuses[-1].payload) if statuses else None
+            return value.get("online") if isinstance(value, dict) else None
+
+        for sysid, uuid in uuids.items():
+            flight = make_flight(tmp_path, duration_s=30.0, seed=sysid)
+            path = tmp_path / f"vehicle{sysid}.ulg"
+            path.write_bytes(with_sys_uuid(flight.data, uuid))
+            processes.append(fly(tmp_path, path, port, f"sim{sysid}", "--sysid", str(sysid)))
+        await eventually(
+            lambda: all(online(uuid) for uuid in uuids.values()), what="both vehicles online"
+        )
+        recorder.process.send_signal(signal.SIGKILL)
+        await eventually(
+            lambda: all(online(uuid) is False for uuid in uuids.values()),
+            what="every vehicle offline after SIGKILL",
+        )
+    assert {m.topic.split("/")[1] for m in got} == set(uuids.values())  # no phantom tree

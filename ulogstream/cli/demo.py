@@ -196,7 +196,9 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
             flights=len(finished),
             status=recorder.status,
             sim=sim,
-            mqtt_error=None if recorder.publisher is None else recorder.publisher.sink.last_error,
+            mqtt_error=next(
+                (p.sink.last_error for p in recorder.publishers.values() if p.sink.last_error), None
+            ),
         )
 
 

@@ -156,19 +156,21 @@ def exit_summary(recorder: Recorder) -> list[str]:
         lines.insert(1, f"  ... {len(finished) - 10} earlier ones in {finished[0].path.parent}")
     if recorder.flights is not None:
         lines += [f"{path}: {note}" for path, note in recorder.flights.notes[-10:]]
-    publisher = recorder.publisher
-    if publisher is not None:
-        sink = publisher.sink
-        url = " or ".join(sink.urls)
-        if sink.published:
-            lines.append(
-                f"MQTT: {sink.published} messages published to {url} ({sink.dropped} dropped)"
-            )
-        elif sink.ever_connected:
+    sinks = [publisher.sink for publisher in recorder.publishers.values()]
+    if sinks:
+        url = " or ".join(sinks[0].urls)
+        published = sum(sink.published for sink in sinks)
+        errors = [sink.last_error for sink in sinks if sink.last_error]
+        if published:
+            dropped = sum(sink.dropped for sink in sinks)
+            lines.append(f"MQTT: {published} messages published to {url} ({dropped} dropped)")
+        elif any(sink.ever_connected for sink in sinks):
             lines.append(f"MQTT: connected to {url}; nothing to publish (no vehicle streamed)")
         else:
-            why = f" ({error_words(sink.last_error)})" if sink.last_error else ""
+            why = f" ({error_words(errors[0])})" if errors else ""
             lines.append(f"MQTT: the broker at {url} was never reached{why}: nothing published")
+    elif recorder.parts.publisher is not None:
+        lines.append("MQTT: no vehicle was heard, so nothing was published")
     return lines
 
 

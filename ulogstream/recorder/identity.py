@@ -1,10 +1,13 @@
-"""Which vehicle a log belongs to: its vehicle id, client id and remembered ``sys_uuid``.
+"""Which vehicle a log belongs to: its vehicle id and MQTT client id.
 
 The vehicle id names the MQTT tree, the folder under ``recording.out_dir`` and the upload's
 ``{vehicle}``. It comes from the ``mqtt.vehicle_id`` template (``{sys_uuid}`` by default), filled
-in with this host's name, the link and the autopilot's system id and ``sys_uuid``. The
-``sys_uuid`` a finished log shows is remembered per link and system id, so the next start uses
-it; the id never changes under a running flight.
+in with this host's name, the link, the autopilot's system id and its ``sys_uuid``: the GUID its
+AUTOPILOT_VERSION gives at first contact (PX4: the very value its logs carry as ``sys_uuid``), so
+a vehicle's first file, topics and uploads are already under its own id. An autopilot that gives
+none is named by the GUID remembered for its link and system id, else by a stand-in (host, link,
+sysid) that is remembered in turn: a vehicle's id never changes from one file to the next. Only
+an autopilot's own answer overrides what was remembered (another vehicle on the same port).
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ulogstream")
 
 SYS_UUID_FILE = ".sys_uuid-{link}-sysid{sysid}"
-"""In ``recording.out_dir``: the ``sys_uuid`` of the autopilot with that system id on that link,
-from its newest finished log (per link and system id: recorders on one host share out_dir)."""
+"""In ``recording.out_dir``: the ``sys_uuid`` that names the autopilot with that system id on
+that link (per link and system id: recorders on one host share out_dir)."""
 
 
 def uses_sys_uuid(template: str | None) -> bool:
@@ -74,26 +77,6 @@ def sys_uuid_file(out_dir: Path, link: str, system_id: int) -> Path:
     return out_dir / SYS_UUID_FILE.format(link=link_name(link), sysid=system_id)
 
 
-def last_recorded_sysid(out_dir: Path, link: str) -> int | None:
-    """The system id of the autopilot whose ``sys_uuid`` was remembered last on ``link``.
-
-    A recorder without ``--target-sysid`` takes it as its own vehicle (its Last Will, client id
-    and start-up line), so a vehicle whose ``MAV_SYS_ID`` is not 1 keeps its identity.
-    """
-    prefix = SYS_UUID_FILE.format(link=link_name(link), sysid="")
-    newest: tuple[float, int] | None = None
-    with contextlib.suppress(OSError):
-        for state in out_dir.glob(f"{prefix}*"):
-            digits = state.name.removeprefix(prefix)
-            if not digits.isdigit():
-                continue
-            with contextlib.suppress(OSError):
-                stamp = (state.stat().st_mtime, int(digits))
-                if newest is None or stamp > newest:
-                    newest = stamp
-    return None if newest is None else newest[1]
-
-
 class VehicleIds:
     """Each autopilot's vehicle id on one link, fixed for the run.
 
@@ -111,57 +94,50 @@ class VehicleIds:
         self.link = link
         self.template = template
         self.uses_sys_uuid = uses_sys_uuid(template)
-        home = target_sysid
-        if home is None and self.uses_sys_uuid:
-            home = last_recorded_sysid(out_dir, link)
-        self.home = home or 1
-        """The system id of the recorder's own vehicle: ``--target-sysid``, else the last one
-        recorded on this link, else 1 (PX4's default)."""
+        self.home = target_sysid
+        """The system id of the recorder's own vehicle (its live view): ``--target-sysid``,
+        else None: the first autopilot heard."""
         self.ids: dict[int, str] = {}
         """Each vehicle's id (topics, folder under ``out_dir``, uploads)."""
 
-    def identify(self, system_id: int) -> tuple[str, str | None]:
-        """The id of the vehicle ``system_id`` (kept in :attr:`ids`) and its ``sys_uuid``.
+    def identify(self, system_id: int, guid: str | None) -> tuple[str, str]:
+        """The id of the vehicle ``system_id`` (kept in :attr:`ids`), and where it came from.
 
-        The ``sys_uuid`` is the one remembered from its last log (None: not known or not used).
-        A ``sys_uuid`` a log shows is remembered and used from the next start, so topics, Last
-        Will and folder never move under a running flight. A vehicle other than the home one
-        whose filled-in template names neither ``{sysid}`` nor ``{sys_uuid}`` (or names an id
-        taken on this link) gets ``-sysid{N}`` appended.
+        Args:
+            system_id: The autopilot's MAVLink system id.
+            guid: Its GUID from AUTOPILOT_VERSION, None when it gave none.
+
+        Returns:
+            The vehicle id and, for the log line, how ``{sys_uuid}`` was filled in ("" when the
+            template does not name it). A filled-in template that names neither ``{sysid}`` nor
+            ``{sys_uuid}`` (or an id taken on this link) gets ``-sysid{N}`` appended for any
+            vehicle but the first.
         """
-        sys_uuid = None
-        if self.uses_sys_uuid:  # a small read, once per vehicle
-            sys_uuid = recalled_sys_uuid(self.memory(system_id))
+        sys_uuid, source = None, ""
+        if self.uses_sys_uuid:  # a small read or write, once per vehicle
+            memory = self.memory(system_id)
+            if guid is not None:
+                sys_uuid, source = guid, "the autopilot's GUID (AUTOPILOT_VERSION)"
+            elif (sys_uuid := recalled_sys_uuid(memory)) is not None:
+                source = f"the autopilot gave no GUID: the one remembered in {memory.name}"
+            else:
+                sys_uuid = SYS_UUID_STAND_IN.format_map(
+                    {"hostname": host_name(), "link": link_name(self.link), "sysid": system_id}
+                )
+                source = "the autopilot gave no GUID: host, link and sysid stand in, for good"
+            remember_sys_uuid(memory, sys_uuid)
         vehicle_id = vehicle_id_of(
             self.template, link=self.link, sysid=system_id, sys_uuid=sys_uuid
         )
         distinct = self.uses_sys_uuid or "{sysid}" in (self.template or "")
-        if (system_id != self.home and not distinct) or vehicle_id in self.ids.values():
+        if (self.ids and not distinct) or vehicle_id in self.ids.values():
             vehicle_id = f"{vehicle_id}-sysid{system_id}"
         self.ids[system_id] = vehicle_id
-        return vehicle_id, sys_uuid
+        return vehicle_id, source
 
-    def memory(self, system_id: int, link: str | None = None) -> Path:
-        """Where the ``sys_uuid`` of ``system_id`` (on ``link``, default ours) is remembered."""
-        return sys_uuid_file(self.out_dir, self.link if link is None else link, system_id)
-
-    def learned(self, system_id: int, sys_uuid: str) -> str | None:
-        """The id a newly seen ``sys_uuid`` gives from the next start, if it changes it."""
-        if not self.uses_sys_uuid:
-            return None
-        now = self.ids[system_id]
-        then = vehicle_id_of(self.template, link=self.link, sysid=system_id, sys_uuid=sys_uuid)
-        return None if then == now or now.startswith(f"{then}-sysid") else then
-
-    def note(self, sys_uuid: str | None) -> str:
-        """How ``{sys_uuid}`` was filled in, for the start-up line."""
-        if not self.uses_sys_uuid:
-            return ""
-        if sys_uuid is None:
-            return (
-                "; sys_uuid not known yet: host name, link and sysid stand in until a log shows it"
-            )
-        return f"; sys_uuid {sys_uuid} from the last log"
+    def memory(self, system_id: int) -> Path:
+        """Where the ``sys_uuid`` of ``system_id`` on this link is remembered."""
+        return sys_uuid_file(self.out_dir, self.link, system_id)
 
 
 def remember_sys_uuid(state: Path, sys_uuid: str) -> bool:

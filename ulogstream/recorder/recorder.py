@@ -33,9 +33,7 @@ from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
 from ulogstream.adapters.serial_transport import SerialTransport
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.errors import LinkError
-from ulogstream.recorder.decoding import Publisher
 from ulogstream.recorder.flights import FlightBackfill
-from ulogstream.recorder.identity import remember_sys_uuid
 from ulogstream.recorder.pipeline import Pipeline, _drop
 from ulogstream.recorder.status import (
     RecorderStatus,
@@ -52,16 +50,20 @@ from ulogstream.stream import (
     SessionState,
     logging_packet,
 )
-from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1
-from ulogstream.stream.router import Contact, Impostor, NewVehicle, VehicleIgnored
+from ulogstream.stream.packets import (
+    MAV_CMD_REQUEST_MESSAGE,
+    MAV_COMP_ID_AUTOPILOT1,
+    MAVLINK_MSG_ID_AUTOPILOT_VERSION,
+)
+from ulogstream.stream.router import AskIdentity, Contact, Impostor, NewVehicle, VehicleIgnored
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
-    from pathlib import Path
 
     from ulogstream.adapters.transport import Transport
     from ulogstream.live.outbox import MqttMessage
     from ulogstream.mavlink_codec import MavlinkCodec
+    from ulogstream.recorder.decoding import Publisher
     from ulogstream.recorder.wiring import RecorderParts
     from ulogstream.upload.info import FinishedLogInfo
 
@@ -149,12 +151,6 @@ def _announce(publisher: Publisher, info: FinishedLogInfo) -> None:
     )
 
 
-def _remember(memory: Path, info: FinishedLogInfo) -> None:
-    """Remember the ``sys_uuid`` a finished log shows, for the vehicle id of the next start."""
-    if info.sys_uuid is not None:
-        remember_sys_uuid(memory, info.sys_uuid)
-
-
 def final_status(pipeline: Pipeline, publisher: Publisher) -> list[MqttMessage]:
     """The retained end-of-run status of a vehicle: offline, its last counters and last file."""
     pipeline.refresh_status()
@@ -218,7 +214,11 @@ class Recorder:
         self.vehicles: dict[int, Pipeline] = {}
         """One pipeline (session, files, parser, publisher) per autopilot system id."""
         self.identity = parts.identity
-        self.publisher = parts.publisher
+        self.publishers: dict[str, Publisher] = {}
+        """Each vehicle's MQTT side by vehicle id, made at its first contact (its own
+        connection and Last Will); empty without a broker."""
+        self._group: asyncio.TaskGroup | None = None
+        self._side_tasks: list[asyncio.Task[None]] = []
         self.shipper = parts.shipper
         self.foxglove = parts.foxglove
         """The Foxglove live view of the first vehicle (``[foxglove]``), or None."""
@@ -244,6 +244,8 @@ class Recorder:
                 codec=parts.codec,
                 uploads=parts.shipper.uploads,
             )
+        self._asked_at: dict[int, tuple[str, int]] = {}
+        """The UDP address each autopilot asked for AUTOPILOT_VERSION was first heard from."""
         self._acked: set[int] = set()
         """The vehicles whose newest logging packet was ACKED: an ack may be due (stop-and-wait
         in a header), so the link is read at once. One vehicle's data phase must not slow
@@ -288,11 +290,9 @@ class Recorder:
         self._notifier.ready(f"recording from {self.parts.link}")
         try:
             async with asyncio.TaskGroup() as group:
-                side_tasks = [group.create_task(self._supervised("status", self._status_loop))]
-                if self.publisher is not None:
-                    side_tasks.append(
-                        group.create_task(self._supervised("MQTT", self.publisher.sink.run))
-                    )
+                self._group = group
+                side_tasks = self._side_tasks
+                side_tasks.append(group.create_task(self._supervised("status", self._status_loop)))
                 side_tasks.append(group.create_task(self._supervised("upload", self.shipper.run)))
                 if self.flights is not None:
                     side_tasks.append(
@@ -312,9 +312,10 @@ class Recorder:
                         pipeline.publisher.offer(final_status(pipeline, pipeline.publisher))
                 if self.foxglove is not None:
                     self.foxglove.offer([self.foxglove.policy.offline_status(time.monotonic())])
-                if self.publisher is not None:
+                if self.publishers:
+                    drained = [p.sink.wait_drained() for p in self.publishers.values()]
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.publisher.sink.wait_drained(), 2.0)
+                        await asyncio.wait_for(asyncio.gather(*drained), 2.0)
                 for task in side_tasks:
                     task.cancel()
         except* _FatalLinkError as errors:
@@ -378,25 +379,26 @@ class Recorder:
         for pipeline in self.vehicles.values():  # the final status shows how uploads went
             self._count_uploads(pipeline.status)
 
-    def _new_vehicle(self, system_id: int, now: float) -> Pipeline:
+    def _new_vehicle(self, system_id: int, guid: str | None, now: float) -> Pipeline:
         """A pipeline for the autopilot ``system_id``, heard for the first time on the link.
 
-        The recorder's own vehicle (``--target-sysid``, else the one last recorded on this link,
-        else sysid 1: PX4's default) uses the recorder's publisher and live view; any other
-        sysid gets its own vehicle id (see :class:`~ulogstream.recorder.identity.VehicleIds`),
-        folder ``out_dir/{vehicle}`` and MQTT tree, so vehicles never mix.
+        Its vehicle id comes from ``guid`` (its AUTOPILOT_VERSION; see :class:`~ulogstream.
+        recorder.identity.VehicleIds`) and names its folder ``out_dir/{vehicle}`` and its MQTT
+        tree, so vehicles never mix. The recorder's own vehicle (``--target-sysid``, else the
+        first heard) gets the live view too.
         """
         parts, identity = self.parts, self.identity
-        foxglove = None
-        if system_id == identity.home:
-            publisher, foxglove = self.publisher, self.foxglove
-            vehicle_id = identity.ids[system_id]
-        else:
-            vehicle_id, _ = identity.identify(system_id)
-            publisher = None
-            if self.publisher is not None:
-                publisher = Publisher(parts.policy(vehicle_id), self.publisher.sink)
-            logger.info("vehicle sysid %d: vehicle id %r", system_id, vehicle_id)
+        home = identity.home in {None, system_id} and not self.vehicles
+        vehicle_id, source = identity.identify(system_id, guid)
+        publisher = self._publisher_for(vehicle_id)
+        foxglove = self.foxglove if home else None
+        logger.info(
+            "vehicle sysid %d: vehicle id %r%s%s",
+            system_id,
+            vehicle_id,
+            f" ({{sys_uuid}}: {source})" if source else "",
+            "" if publisher is None else f", MQTT client id {publisher.sink.client_id!r}",
+        )
         sink = parts.files(system_id, vehicle_id)
         status = self.status if self.pipeline is None else RecorderStatus(link=self.status.link)
         pipeline = Pipeline(
@@ -419,24 +421,29 @@ class Recorder:
         pipeline.start(now)
         return pipeline
 
+    def _publisher_for(self, vehicle_id: str) -> Publisher | None:
+        """The MQTT side of ``vehicle_id``: made, and its connection started, at first use."""
+        publisher = self.publishers.get(vehicle_id)
+        if publisher is None and self.parts.publisher is not None:
+            publisher = self.publishers[vehicle_id] = self.parts.publisher(vehicle_id)
+            assert self._group is not None  # noqa: S101 (vehicles and announcements come in run)
+            run = self._supervised(f"MQTT of {vehicle_id}", publisher.sink.run)
+            self._side_tasks.append(self._group.create_task(run))
+        return publisher
+
     def _recovered(self, log: RecoveredFile) -> None:
-        """A log an interrupted recording left: announced and uploaded like any finished one."""
-        tags = log.tags
-        vehicle = tags.get("vehicle")
+        """A log an interrupted recording left: announced and uploaded like any finished one.
+
+        It is announced on its vehicle's tree, by that vehicle's connection.
+        """
+        vehicle = log.tags.get("vehicle")
         if not isinstance(vehicle, str):
             vehicle = log.path.parent.parent.name
-        link, sysid = tags.get("link"), tags.get("sysid")
-        memory = None
-        if self.identity.uses_sys_uuid and isinstance(link, str) and isinstance(sysid, int):
-            memory = self.identity.memory(sysid, link)
-        publisher = self.publisher
+        announce = None
+        if self.parts.publisher is not None:
+            announce = partial(self._announce, vehicle)
         self.shipper.offer(
-            log.path,
-            log.size,
-            vehicle=vehicle,
-            how=RECOVERED_HOW,
-            announce=None if publisher is None else partial(_announce, publisher),
-            on_described=None if memory is None else partial(_remember, memory),
+            log.path, log.size, vehicle=vehicle, how=RECOVERED_HOW, announce=announce
         )
 
     def _log_finished(
@@ -452,34 +459,19 @@ class Recorder:
 
     def _hand_on(self, system_id: int, finished: FinishedLog, how: str) -> None:
         """Announce ``finished`` on MQTT and queue its upload (both off the event loop's path)."""
-        pipeline = self.vehicles[system_id]
-        identity = self.identity
-        memory = identity.memory(system_id) if identity.uses_sys_uuid else None
+        vehicle = self.identity.ids[system_id]
+        announce = None
+        if self.parts.publisher is not None:
+            announce = partial(self._announce, vehicle)
         self.shipper.offer(
-            finished.path,
-            finished.size,
-            vehicle=identity.ids[system_id],
-            how=how,
-            announce=partial(self._announce, pipeline.publisher, system_id),
-            on_described=None if memory is None else partial(_remember, memory),
+            finished.path, finished.size, vehicle=vehicle, how=how, announce=announce
         )
 
-    def _announce(self, publisher: Publisher | None, system_id: int, info: FinishedLogInfo) -> None:
-        """Publish ``meta/log_finished``; say when a newly seen ``sys_uuid`` changes the id."""
+    def _announce(self, vehicle: str, info: FinishedLogInfo) -> None:
+        """Publish ``meta/log_finished`` on the connection of the log's vehicle."""
+        publisher = self._publisher_for(vehicle)
         if publisher is not None:
             _announce(publisher, info)
-        if info.sys_uuid is None:
-            return
-        then = self.identity.learned(system_id, info.sys_uuid)
-        if then is not None:
-            logger.info(
-                "autopilot sys_uuid %s (in %s): the vehicle id becomes %r at the next start "
-                "(%r until then)",
-                info.sys_uuid,
-                info.path.name,
-                then,
-                self.identity.ids[system_id],
-            )
 
     def _file_event(self, system_id: int, event: FileEvent) -> None:
         self.vehicles[system_id].file_event(event)
@@ -616,7 +608,7 @@ class Recorder:
         for system_id, group in router.route(messages):
             pipeline = self.vehicles.get(system_id)
             if pipeline is None:
-                pipeline = self._first_contact(router.first_contact(system_id, group), now)
+                pipeline = self._first_contact(router.first_contact(system_id, group, now), now)
                 if pipeline is None:
                     continue
             elif self._udp is not None and pipeline.peer != self._udp.peer:
@@ -646,8 +638,10 @@ class Recorder:
     def _first_contact(self, contact: Contact | None, now: float) -> Pipeline | None:
         """Carry out what the router decided about a system id not seen before."""
         match contact:
-            case NewVehicle(system_id):
-                return self._new_vehicle(system_id, now)
+            case AskIdentity(system_id):
+                self._ask_identity(system_id)
+            case NewVehicle(system_id, guid):
+                return self._new_vehicle(system_id, guid, now)
             case VehicleIgnored(system_id, target):
                 logger.info(
                     "vehicle sysid %d seen on %s and ignored: recording sysid %d only "
@@ -667,6 +661,26 @@ class Recorder:
             case None:
                 pass
         return None
+
+    def _ask_identity(self, system_id: int) -> None:
+        """Ask the autopilot ``system_id`` for AUTOPILOT_VERSION (it names the vehicle).
+
+        On a UDP link it goes to the address the autopilot was last heard from.
+        """
+        if self._link_codec is None:
+            return  # the link is down: asked again, or taken without, when due
+        frame = self._codec.encode_command_long(
+            MAV_CMD_REQUEST_MESSAGE,
+            MAVLINK_MSG_ID_AUTOPILOT_VERSION,
+            system_id,
+            MAV_COMP_ID_AUTOPILOT1,
+        )
+        udp = self._udp
+        if udp is not None and udp.peer is not None:
+            peer = self._asked_at.setdefault(system_id, udp.peer)
+            udp.send_to(frame, peer)
+        else:
+            self._send(frame)
 
     def _sender(self, system_id: int) -> Callable[[bytes], None] | None:
         """How to send to vehicle ``system_id`` on whichever link is open when a frame goes out.
@@ -714,6 +728,9 @@ class Recorder:
                 for pipeline in vehicles:
                     pipeline.stop(now)
                 continue
+            router = self.parts.router
+            for contact in router.due(now):
+                self._first_contact(contact, now)
             if not vehicles:
                 if stopping:
                     return  # no vehicle was ever heard: nothing to stop
@@ -749,6 +766,8 @@ class Recorder:
             if stopping and now >= next_progress_log:
                 next_progress_log = now + STOP_PROGRESS_LOG_S
             deadlines = [d for p in vehicles if (d := p.next_deadline()) is not None]
+            if (asking := router.next_deadline()) is not None:
+                deadlines.append(asking)
             delay = TIMER_TICK_S
             if deadlines:
                 delay = min(delay, max(0.0, min(deadlines) - time.monotonic()))
@@ -880,7 +899,7 @@ class Recorder:
         return status_line(
             self.status,
             vehicles=len(self.vehicles),
-            mqtt=self.publisher is not None,
+            mqtt=self.parts.publisher is not None,
             foxglove=None if foxglove is None else (foxglove.url, foxglove.counters()),
             uploads=self.shipper.uploads,
         )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ulogstream.adapters.connection import load_signing_key
 from ulogstream.adapters.file_sink import UlgFileSink
 from ulogstream.adapters.logbook import Logbook
-from ulogstream.config.values import parse_connection, read_password
+from ulogstream.config.values import DEFAULT_VEHICLE_ID, parse_connection, read_password
 from ulogstream.errors import ConfigError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.recorder.decoding import Publisher
@@ -54,8 +54,7 @@ class RecorderParts:
         session: Makes the logging session of the autopilot with a system id.
         files: Makes the file sink of a vehicle (its system id and vehicle id).
         identity: Each vehicle's id.
-        publisher: The home vehicle's MQTT side, or None without a broker.
-        policy: Makes the publish policy of another vehicle (its id), sharing the sink.
+        publisher: Makes a vehicle's MQTT side (its id), or None without a broker.
         foxglove: The Foxglove live view of the home vehicle, or None.
         shipper: Describes, announces and uploads finished logs.
         watch_armed: Autopilot HEARTBEATs tell the shipper armed or disarmed.
@@ -63,7 +62,7 @@ class RecorderParts:
             many bytes (None: no backfill; only with ``recording.mode = while_armed``).
         hint_after_s: ``link.hint_after_s``.
         watchdog: ``systemd.watchdog``.
-        identity_line: The start-up line naming the vehicle id, folder and MQTT client id.
+        identity_line: The start-up line saying how vehicles are named and where they go.
         signed: Frames are signed (``link.signing_key_file``): a link hint names the key.
     """
 
@@ -75,8 +74,7 @@ class RecorderParts:
     session: Callable[[int], LoggingSession]
     files: Callable[[int, str], UlgFileSink]
     identity: VehicleIds
-    publisher: Publisher | None
-    policy: Callable[[str], PublishPolicy]
+    publisher: Callable[[str], Publisher] | None
     foxglove: FoxgloveSink | None
     shipper: LogShipper
     watch_armed: bool
@@ -106,8 +104,7 @@ def recorder_parts(settings: Settings, *, once: bool = False) -> RecorderParts:
         template=mqtt.vehicle_id,
         target_sysid=link.target_sysid,
     )
-    vehicle_id, sys_uuid = identity.identify(identity.home)
-    publisher = build_publisher(mqtt, vehicle_id=vehicle_id, link=link.connection)
+    publishers = vehicle_publishers(mqtt, link=link.connection)
     logbook = Logbook(recording.out_dir)
     target = make_target(
         settings.upload, withheld_env=() if mqtt.password_env is None else (mqtt.password_env,)
@@ -118,8 +115,8 @@ def recorder_parts(settings: Settings, *, once: bool = False) -> RecorderParts:
         journal=recording.out_dir / UPLOAD_QUEUE_FOLDER,
         on_settled=logbook.settled,
     )
-    client = "" if publisher is None else f", MQTT client id {publisher.sink.client_id!r}"
-    configured = "default" if mqtt.vehicle_id is None else repr(mqtt.vehicle_id)
+    configured = "the default" if mqtt.vehicle_id is None else repr(mqtt.vehicle_id)
+    template = mqtt.vehicle_id or DEFAULT_VEHICLE_ID
 
     def files(system_id: int, vehicle: str) -> UlgFileSink:
         return UlgFileSink(
@@ -158,8 +155,7 @@ def recorder_parts(settings: Settings, *, once: bool = False) -> RecorderParts:
         session=session,
         files=files,
         identity=identity,
-        publisher=publisher,
-        policy=partial(publish_policy, mqtt),
+        publisher=publishers,
         foxglove=foxglove_view(settings.foxglove),
         shipper=shipper,
         watch_armed=settings.upload.only_when_disarmed and shipper.uploads,
@@ -171,9 +167,8 @@ def recorder_parts(settings: Settings, *, once: bool = False) -> RecorderParts:
         hint_after_s=link.hint_after_s,
         watchdog=settings.systemd.watchdog,
         identity_line=(
-            f"vehicle id {vehicle_id!r} (mqtt.vehicle_id {configured}"
-            f"{identity.note(sys_uuid)}): recording into "
-            f"{recording.out_dir / vehicle_id}{client}"
+            f"each vehicle is named by mqtt.vehicle_id ({configured}: {template!r}), filled in "
+            f"at first contact; recording into {recording.out_dir}/<vehicle id>"
         ),
         signed=signing_key is not None,
     )
@@ -278,6 +273,35 @@ def build_publisher(mqtt: MqttSettings, *, vehicle_id: str, link: str) -> Publis
     policy = publish_policy(mqtt, vehicle_id)
     client_id = client_id_of(mqtt.client_id, vehicle_id, link=link)
     return Publisher(policy, mqtt_sink(mqtt, client_id=client_id, will=policy.last_will()))
+
+
+def vehicle_publishers(mqtt: MqttSettings, *, link: str) -> Callable[[str], Publisher] | None:
+    """What makes each vehicle's MQTT side, or None when no broker is configured.
+
+    Every vehicle has a connection of its own: its Last Will is its own retained
+    ``meta/status`` offline, so a dashboard sees each vehicle the recorder served go offline
+    when the recorder dies (a connection has one Will). Its client id is ``mqtt.client_id``
+    filled in with the vehicle id, ``-{vehicle}`` appended when a template names no
+    ``{vehicle}`` and another vehicle took it.
+
+    Raises:
+        ConfigError: A setting cannot be used (missing password file, TLS files): checked now,
+            not at a vehicle's first contact.
+    """
+    if not mqtt.broker_urls():
+        return None
+    mqtt_sink(mqtt, client_id="ulogstream-check")  # a missing password or TLS file fails now
+    taken: set[str] = set()
+
+    def publisher(vehicle_id: str) -> Publisher:
+        client_id = client_id_of(mqtt.client_id, vehicle_id, link=link)
+        if client_id in taken:
+            client_id = f"{client_id}-{vehicle_id}"
+        taken.add(client_id)
+        policy = publish_policy(mqtt, vehicle_id)
+        return Publisher(policy, mqtt_sink(mqtt, client_id=client_id, will=policy.last_will()))
+
+    return publisher
 
 
 def replay_publisher(mqtt: MqttSettings, *, sys_uuid: str | None) -> Publisher:

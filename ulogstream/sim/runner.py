@@ -47,6 +47,7 @@ from ulogstream.sim.vehicle import (
     LinkCut,
     LogStreamEnded,
     LogStreamStarted,
+    SendAutopilotVersion,
     SendCommandAck,
     SendGarbage,
     SendLoggingData,
@@ -401,6 +402,8 @@ class _Shell:
                         command, result, target_system, target_component
                     )
                     self._send(frame, None, now)
+                case SendAutopilotVersion(uid2):
+                    self._send(codec.encode_autopilot_version(uid=0, uid2=uid2), None, now)
                 case SendVehicleHeartbeat():
                     frame = codec.encode_heartbeat(
                         mav_type=MAV_TYPE_QUADROTOR,
@@ -723,6 +726,8 @@ class SimOptions:
         backend_off: Reject every START (the logger's MAVLink backend is off).
         packet0_before_ack: Let packet 0 overtake the COMMAND_ACK.
         stray_acks: Also send misleading COMMAND_ACKs addressed to another system.
+        autopilot_version: Answer a request for AUTOPILOT_VERSION (its GUID: the log's
+            ``sys_uuid``); False: UNSUPPORTED.
         synthesize_perf: Send a post-flight perf 'M' message on STOP when the log has none.
         accept_stop_at_once: Answer STOP with IN_PROGRESS and ACCEPTED before the end of the log.
         stop_at_end: End each log at the end of the flight as a GCS's STOP on disarm does
@@ -744,6 +749,7 @@ class SimOptions:
     backend_off: bool = False
     packet0_before_ack: bool = False
     stray_acks: bool = False
+    autopilot_version: bool = True
     synthesize_perf: bool = False
     accept_stop_at_once: bool = False
     stop_at_end: bool = True
@@ -759,6 +765,7 @@ class SimOptions:
             backend_off=self.backend_off,
             packet0_before_ack=self.packet0_before_ack,
             stray_acks=self.stray_acks,
+            autopilot_version=self.autopilot_version,
             synthesize_perf=self.synthesize_perf,
             accept_stop_at_once=self.accept_stop_at_once,
             stop_at_end=self.stop_at_end,
@@ -929,6 +936,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         "--stray-acks", action="store_true", help="also send COMMAND_ACKs for another system"
     )
     link.add_argument(
+        "--no-autopilot-version",
+        action="store_true",
+        help="give no AUTOPILOT_VERSION (no GUID), as an autopilot without it",
+    )
+    link.add_argument(
         "--perf-tail", action="store_true", help="add post-flight perf data on STOP if none"
     )
     link.add_argument(
@@ -1029,6 +1041,7 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
         backend_off=bool(args.backend_off),
         packet0_before_ack=bool(args.packet0_first),
         stray_acks=bool(args.stray_acks),
+        autopilot_version=not bool(args.no_autopilot_version),
         synthesize_perf=bool(args.perf_tail),
         accept_stop_at_once=bool(args.accept_stop_at_once),
         stop_at_end=not bool(args.hold_end),

@@ -40,7 +40,9 @@ from ulogstream.sim.faults import NO_FAULTS, Draw, FaultConfig, FaultRng
 from ulogstream.stream.packets import (
     MAV_CMD_LOGGING_START,
     MAV_CMD_LOGGING_STOP,
+    MAV_CMD_REQUEST_MESSAGE,
     MAV_COMP_ID_AUTOPILOT1,
+    MAVLINK_MSG_ID_AUTOPILOT_VERSION,
     MAX_DATA_LENGTH,
     NO_MESSAGE_START,
     SEQUENCE_MODULO,
@@ -154,6 +156,26 @@ class SplitLog:
     def size(self) -> int:
         """Bytes in the log."""
         return sum(len(message.data) for message in self.messages)
+
+
+def log_guid(log: SplitLog) -> bytes:
+    """The GUID a PX4 with this log gives in AUTOPILOT_VERSION: its ``sys_uuid`` info's bytes.
+
+    PX4 writes ``sys_uuid`` as ``char[N]`` hex of the GUID's bytes; 18 zero bytes when the log
+    has none or it is not hex (PX4's SITL gives its instance and no ``sys_uuid``).
+    """
+    for message in log.messages[: log.definitions_end]:
+        if message.msg_type != MessageType.INFO or len(message.data) <= MESSAGE_HEADER_SIZE:
+            continue
+        payload = message.data[MESSAGE_HEADER_SIZE:]
+        key_end = 1 + payload[0]
+        key_type, _, key = payload[1:key_end].decode(errors="replace").partition(" ")
+        if key == "sys_uuid" and key_type.startswith("char["):
+            try:
+                return bytes.fromhex(payload[key_end:].decode(errors="replace").strip("\0 "))
+            except ValueError:
+                break
+    return bytes(GUID_LENGTH)
 
 
 def _first_field_is_timestamp(payload: bytes) -> tuple[str, bool]:
@@ -271,6 +293,17 @@ class SendCommandAck:
     target_component: int
 
 
+GUID_LENGTH: Final = 18
+"""Bytes of PX4's GUID (AUTOPILOT_VERSION ``uid2``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendAutopilotVersion:
+    """Send AUTOPILOT_VERSION with ``uid2``: PX4's GUID, which its log spells as ``sys_uuid``."""
+
+    uid2: bytes
+
+
 @dataclass(frozen=True, slots=True)
 class SendVehicleHeartbeat:
     """Send the vehicle's HEARTBEAT (quadrotor, PX4 autopilot).
@@ -326,6 +359,7 @@ class LinkCut:
 VehicleOutput = (
     SendLoggingData
     | SendCommandAck
+    | SendAutopilotVersion
     | SendVehicleHeartbeat
     | SendGarbage
     | LogStreamStarted
@@ -455,6 +489,9 @@ class VehicleConfig:
             post-flight tail and the last partial packet go out, then COMMAND_ACK ACCEPTED to
             the GCS (:data:`GCS_SYSTEM_ID`). False: hold them until a STOP comes.
         max_batch: Outputs per call before the vehicle yields (it asks to be called back at once).
+        autopilot_version: Answer MAV_CMD_REQUEST_MESSAGE for AUTOPILOT_VERSION as PX4 does, its
+            ``uid2`` the log's ``sys_uuid`` (zeros when the log has none). False: UNSUPPORTED,
+            as an autopilot that gives no unique id.
     """
 
     system_id: int = 1
@@ -470,6 +507,7 @@ class VehicleConfig:
     synthesize_perf: bool = False
     stop_at_end: bool = False
     max_batch: int = 512
+    autopilot_version: bool = True
 
     def __post_init__(self) -> None:
         """Reject rates, speeds and intervals that cannot work."""
@@ -551,6 +589,8 @@ class SimVehicle:
         self.config = config if config is not None else VehicleConfig()
         self.faults = faults
         self.log = split_log(log, synthesize_perf=self.config.synthesize_perf)
+        self.guid = log_guid(self.log)
+        """The ``uid2`` of its AUTOPILOT_VERSION: the log's ``sys_uuid`` as bytes."""
         self.stats = VehicleStats()
         self._rng = FaultRng(faults.seed)
         self._per_window = self.config.packets_per_window
@@ -683,6 +723,15 @@ class SimVehicle:
     # -- commands ------------------------------------------------------------------------------
 
     def _receive_command(self, command: CommandLong, out: list[VehicleOutput]) -> None:
+        if command.command == MAV_CMD_REQUEST_MESSAGE:
+            if command.param1 != MAVLINK_MSG_ID_AUTOPILOT_VERSION or not (
+                self.config.autopilot_version
+            ):
+                self._ack(command, MavResult.UNSUPPORTED, out)
+                return
+            self._ack(command, MavResult.ACCEPTED, out)
+            self._emit_other(SendAutopilotVersion(self.guid), self._now, out)
+            return
         if command.command == MAV_CMD_LOGGING_START:
             link_rate = self.config.link_rate
             if link_rate is not None and link_rate < MIN_LINK_RATE:

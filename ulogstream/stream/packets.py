@@ -16,6 +16,9 @@ SEQUENCE_MODULO = 0x10000
 
 MAV_CMD_LOGGING_START = 2510
 MAV_CMD_LOGGING_STOP = 2511
+MAV_CMD_REQUEST_MESSAGE = 512
+"""COMMAND_LONG asking for one message (param1: its id): how AUTOPILOT_VERSION is asked for."""
+MAVLINK_MSG_ID_AUTOPILOT_VERSION = 148
 MAV_COMP_ID_AUTOPILOT1 = 1
 MAV_COMP_ID_LOG = 155
 """Our default component id (protocol.md: never 0)."""
@@ -111,7 +114,36 @@ class LoggingAck:
     target_component: int
 
 
-MavlinkMessage = LoggingPacket | CommandAck | Heartbeat | CommandLong | LoggingAck
+@dataclass(frozen=True, slots=True)
+class AutopilotVersion:
+    """AUTOPILOT_VERSION from ``system_id``/``component_id``: the autopilot's unique ids.
+
+    ``uid2`` is PX4's GUID (18 bytes), the bytes a PX4 log's ``sys_uuid`` spells in hex
+    (``board_get_px4_guid`` is copied into the message, ``board_get_px4_guid_formated`` prints
+    it byte by byte); ``uid`` is the older 64-bit id (ArduPilot: the board's serial).
+    """
+
+    uid: int
+    uid2: bytes
+    system_id: int
+    component_id: int
+
+    @property
+    def guid(self) -> str | None:
+        """The autopilot's unique id as text, None when it gives none (both ids zero).
+
+        ``uid2`` in hex (a PX4 log's ``sys_uuid``), else ``uid`` in 16 hex digits.
+        """
+        if any(self.uid2):
+            return self.uid2.hex()
+        if self.uid:
+            return f"{self.uid:016x}"
+        return None
+
+
+MavlinkMessage = (
+    LoggingPacket | CommandAck | Heartbeat | CommandLong | LoggingAck | AutopilotVersion
+)
 """Every MAVLink message ulogstream reads, as a plain value."""
 
 

@@ -6,24 +6,50 @@ the shell owns one transport and one pipeline per vehicle and asks the router wh
 the messages of one chunk:
 
 - :meth:`Router.route` groups them by system id, in order (one group in the common case);
-- :meth:`Router.first_contact` decides about a system id not seen before: a new vehicle once its
-  autopilot (component 1) sends a HEARTBEAT; ignored when ``target_system`` names another one
-  (said once); and another receiver that uses our own ids is an impostor (said once: both would
-  take one log stream).
+- :meth:`Router.first_contact` decides about a system id not seen before. Its autopilot's first
+  HEARTBEAT (component 1) asks who it is (:class:`AskIdentity`: AUTOPILOT_VERSION, whose GUID
+  names the vehicle in topics, folders and uploads from its first file on); the answer makes it
+  a :class:`NewVehicle`, and so do :data:`IDENTIFY_TIMEOUT_S` without one (:meth:`Router.due`)
+  and a logging packet (a stream that runs already is never kept waiting). A vehicle other than
+  ``target_system`` is ignored (said once); another receiver that uses our own ids is an
+  impostor (said once: both would take one log stream).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ulogstream.stream.packets import MAV_COMP_ID_AUTOPILOT1, Heartbeat, MavlinkMessage
+from ulogstream.stream.packets import (
+    MAV_COMP_ID_AUTOPILOT1,
+    AutopilotVersion,
+    Heartbeat,
+    LoggingPacket,
+    MavlinkMessage,
+)
+
+IDENTIFY_TIMEOUT_S = 1.5
+"""How long a new autopilot may take to answer AUTOPILOT_VERSION (PX4 answers within 10 ms)."""
+IDENTIFY_RETRY_S = 0.5
+"""How long to wait for AUTOPILOT_VERSION before asking again (a lost request or answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AskIdentity:
+    """Ask the autopilot ``system_id`` for AUTOPILOT_VERSION (MAV_CMD_REQUEST_MESSAGE 148)."""
+
+    system_id: int
 
 
 @dataclass(frozen=True, slots=True)
 class NewVehicle:
-    """The autopilot ``system_id`` was heard for the first time: give it a session."""
+    """The autopilot ``system_id`` is there: give it a session.
+
+    ``guid`` is its unique id from AUTOPILOT_VERSION (:attr:`~ulogstream.stream.packets.
+    AutopilotVersion.guid`), None when it gave none in time.
+    """
 
     system_id: int
+    guid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +68,16 @@ class Impostor:
     component_id: int
 
 
-Contact = NewVehicle | VehicleIgnored | Impostor
-"""What :meth:`Router.first_contact` may decide (None: not yet)."""
+Contact = AskIdentity | NewVehicle | VehicleIgnored | Impostor
+"""What :meth:`Router.first_contact` and :meth:`Router.due` may decide (None: not yet)."""
+
+
+@dataclass(slots=True)
+class _Asking:
+    """An autopilot asked for AUTOPILOT_VERSION: when to ask again, when to stop waiting."""
+
+    ask_again: float
+    give_up: float
 
 
 class Router:
@@ -61,6 +95,8 @@ class Router:
         self._target_system = target_system
         self._ignored: set[int] = set()
         self._impostor_said = False
+        self._asking: dict[int, _Asking] = {}
+        """The autopilots asked who they are, not answered yet."""
 
     @staticmethod
     def route(messages: list[MavlinkMessage]) -> list[tuple[int, list[MavlinkMessage]]]:
@@ -75,14 +111,27 @@ class Router:
             groups.setdefault(message.system_id, []).append(message)
         return list(groups.items())
 
-    def first_contact(self, system_id: int, messages: list[MavlinkMessage]) -> Contact | None:
+    def first_contact(
+        self, system_id: int, messages: list[MavlinkMessage], now: float
+    ) -> Contact | None:
         """What to do about ``system_id``, not seen before, given its messages of one chunk.
 
         Returns:
-            :class:`NewVehicle` once its autopilot sends a HEARTBEAT (and it is the target, if
-            one is set); :class:`VehicleIgnored` or :class:`Impostor` the first time only;
-            None otherwise (wait for more).
+            :class:`AskIdentity` at its autopilot's first HEARTBEAT (if it is the target, when
+            one is set); :class:`NewVehicle` at its AUTOPILOT_VERSION, or at a logging packet
+            while asking; :class:`VehicleIgnored` or :class:`Impostor` the first time only; None
+            otherwise (wait for more).
         """
+        if system_id in self._asking:
+            for message in messages:
+                if type(message) is AutopilotVersion:
+                    if message.component_id == MAV_COMP_ID_AUTOPILOT1:
+                        del self._asking[system_id]
+                        return NewVehicle(system_id, message.guid)
+                elif type(message) is LoggingPacket:
+                    del self._asking[system_id]  # a stream runs already: never keep it waiting
+                    return NewVehicle(system_id)
+            return None
         heartbeats = [m for m in messages if type(m) is Heartbeat]
         if not any(m.component_id == MAV_COMP_ID_AUTOPILOT1 for m in heartbeats):
             ours = system_id == self._system_id and any(
@@ -98,4 +147,23 @@ class Router:
                 return None
             self._ignored.add(system_id)
             return VehicleIgnored(system_id, target)
-        return NewVehicle(system_id)
+        if any(type(m) is LoggingPacket for m in messages):
+            return NewVehicle(system_id)  # a stream runs already: never keep it waiting
+        self._asking[system_id] = _Asking(now + IDENTIFY_RETRY_S, now + IDENTIFY_TIMEOUT_S)
+        return AskIdentity(system_id)
+
+    def next_deadline(self) -> float | None:
+        """When :meth:`due` must be called next (None: no autopilot is being asked)."""
+        return min((asking.ask_again for asking in self._asking.values()), default=None)
+
+    def due(self, now: float) -> list[AskIdentity | NewVehicle]:
+        """What is due at ``now``: ask again, or a new vehicle that gave no AUTOPILOT_VERSION."""
+        out: list[AskIdentity | NewVehicle] = []
+        for system_id, asking in list(self._asking.items()):
+            if now >= asking.give_up:
+                del self._asking[system_id]
+                out.append(NewVehicle(system_id))
+            elif now >= asking.ask_again:
+                asking.ask_again = min(now + IDENTIFY_RETRY_S, asking.give_up)
+                out.append(AskIdentity(system_id))
+        return out
