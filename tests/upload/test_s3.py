@@ -8,6 +8,7 @@ through the code under test.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import json
 import re
@@ -18,7 +19,10 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from unittest import mock
+from urllib.parse import quote
 
+import obstore
 import pytest
 from obstore.exceptions import GenericError, PermissionDeniedError
 from support.broker import free_port
@@ -28,6 +32,7 @@ from ulogstream.config.loader import COMMAND_LINE, load_settings
 from ulogstream.config.sections import S3Settings, UploadSettings
 from ulogstream.errors import ConfigError, UploadError, UploadRejectedError
 from ulogstream.sim.flightlog import generate_flight_log
+from ulogstream.upload import s3 as s3_module
 from ulogstream.upload.info import FinishedLogInfo
 from ulogstream.upload.s3 import (
     S3Credentials,
@@ -36,6 +41,7 @@ from ulogstream.upload.s3 import (
     multipart_etag,
     object_key,
     read_s3_credentials,
+    sigv4_headers,
 )
 from ulogstream.upload.shipper import LogShipper
 
@@ -282,16 +288,60 @@ async def test_a_log_larger_than_a_part_goes_up_in_parts_and_arrives_whole(
 
 
 @pytest.mark.asyncio
-async def test_a_log_already_uploaded_is_not_sent_again(moto_s3: MotoS3, tmp_path: Path) -> None:
-    moto_s3.create_bucket("logs-again")
+@pytest.mark.parametrize("multipart", [False, True])
+async def test_a_log_already_uploaded_is_not_sent_again(
+    moto_s3: MotoS3,
+    tmp_path: Path,
+    big_log: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    multipart: bool,
+) -> None:
+    bucket = f"logs-again-{int(multipart)}"
+    moto_s3.create_bucket(bucket)
+    log = big_log if multipart else small_log(tmp_path / "out")
+    info = info_of(log)
+    s3 = target(moto_s3, bucket)
+    url = await s3.upload(info)
+
+    async def no_put(*_args: object, **_kwargs: object) -> None:
+        pytest.fail("the log was sent again")
+
+    monkeypatch.setattr(s3_module.obstore, "put_async", no_put)
+    assert await s3.upload(info) == url  # the store's ETag matches the log: nothing is sent
+    assert moto_s3.keys(bucket) == [f"uav-1/{DATE}/{log.name}"]
+
+
+@pytest.mark.asyncio
+async def test_an_object_with_our_metadata_but_other_bytes_is_replaced(
+    moto_s3: MotoS3, tmp_path: Path
+) -> None:
+    """The ``sha256`` metadata is this client's own claim: the store's ETag must match too."""
+    moto_s3.create_bucket("logs-forged")
     log = small_log(tmp_path / "out")
     info = info_of(log)
-    s3 = target(moto_s3, "logs-again")
-    url = await s3.upload(info)
-    log.unlink()  # a second upload that read the file would fail now
+    s3 = target(moto_s3, "logs-forged")
+    other = bytes(reversed(log.read_bytes()))  # same size, other bytes
+    await obstore.put_async(s3._store, s3.key(info), other, attributes={"sha256": info.sha256})
 
-    assert await s3.upload(info) == url
-    assert moto_s3.keys("logs-again") == [f"uav-1/{DATE}/12_34_56.ulg"]
+    await s3.upload(info)
+    assert moto_s3.get("logs-forged", s3.key(info)) == log.read_bytes()
+
+
+@pytest.mark.asyncio
+async def test_parts_a_killed_recorder_left_are_aborted_before_the_next_upload(
+    moto_s3: MotoS3, big_log: Path
+) -> None:
+    moto_s3.create_bucket("logs-left")
+    info = info_of(big_log)
+    s3 = target(moto_s3, "logs-left")
+    status, _ = await asyncio.to_thread(s3._signed, "POST", s3.key(info), {"uploads": ""})
+    assert status == 200
+    assert moto_s3.uploads("logs-left") == [s3.key(info)]
+
+    await s3.upload(info)
+    assert moto_s3.uploads("logs-left") == []
+    assert moto_s3.get("logs-left", s3.key(info)) == big_log.read_bytes()  # noqa: ASYNC240
 
 
 @pytest.mark.asyncio
@@ -447,6 +497,8 @@ async def test_an_upload_cancelled_halfway_leaves_no_object(moto_s3: MotoS3, big
         2.0,
         what="a cancelled upload completed all the same",
     )
+    # and its parts are gone: the multipart upload was aborted
+    await eventually(lambda: moto_s3.uploads("logs-cancelled") == [], what="parts left")
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -643,3 +695,46 @@ def test_keys_come_from_a_credentials_file_profile(tmp_path: Path) -> None:
 def test_a_target_needs_a_bucket() -> None:
     with pytest.raises(ConfigError, match=r"upload.s3.bucket is not set"):
         S3Target(S3Settings(), credentials=KEYS)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "token"),
+    [
+        ("GET", "/logs", {"uploads": "", "prefix": "fleet/uav-1/2026-11-27/12_34_56.ulg"}, None),
+        ("DELETE", "/logs/fleet/uav 1/a+b.ulg", {"uploadId": "2~abc/def=="}, "session"),
+    ],
+)
+def test_the_abort_requests_are_signed_as_botocore_signs_them(
+    method: str, path: str, query: dict[str, str], token: str | None
+) -> None:
+    """ListMultipartUploads and AbortMultipartUpload go out signed by our own SigV4 code."""
+    from botocore.auth import S3SigV4Auth  # noqa: PLC0415 (moto's dependency, tests only)
+    from botocore.awsrequest import AWSRequest  # noqa: PLC0415
+    from botocore.credentials import Credentials  # noqa: PLC0415
+
+    keys = S3Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
+    now = time.gmtime(1_764_000_000)
+    encoded = quote(path)
+    canonical_query = "&".join(
+        f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items())
+    )
+    ours = sigv4_headers(
+        method,
+        host="127.0.0.1:9000",
+        path=encoded,
+        canonical_query=canonical_query,
+        credentials=keys,
+        region="eu-central-1",
+        now=now,
+    )
+    request = AWSRequest(
+        method=method,
+        url=f"http://127.0.0.1:9000{encoded}?{canonical_query}",
+        headers={"x-amz-content-sha256": ours["x-amz-content-sha256"]},
+    )
+    at = dt.datetime(*now[:6], tzinfo=dt.UTC)
+    with mock.patch("botocore.auth.get_current_datetime", return_value=at):
+        S3SigV4Auth(
+            Credentials(keys.access_key_id, keys.secret_access_key, token), "s3", "eu-central-1"
+        ).add_auth(request)
+    assert ours["authorization"] == request.headers["Authorization"]

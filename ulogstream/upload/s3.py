@@ -6,22 +6,26 @@ through ``obstore`` (Rust's ``object_store``: async, no Python dependencies):
 - Streamed: the file is read in 1 MiB chunks in a thread, never whole; a log larger than
   ``part_size_mb`` goes up as a multipart upload, two parts at a time, so about three parts are
   held in memory whatever the size of the log.
-- Checked three times: every request carries the SHA-256 of its body (``x-amz-checksum-sha256``),
-  which S3 and the S3-compatible stores verify; the bytes read are hashed on the way and the
-  upload is abandoned before it completes when their SHA-256 is not the announced one
-  (:attr:`FinishedLogInfo.sha256`); the ETag of the answer (the MD5 digest the store computed,
-  per part for a multipart upload) is compared with the log's, and then a HEAD compares the
-  object's size and ``sha256`` metadata. Only then does the upload count as done.
-- Idempotent: a log whose object is already there with the same size and SHA-256 (an earlier
-  upload whose answer was lost) is not sent again; a retried upload replaces its object whole.
-  Write-only keys (a 403 on HEAD) skip the HEADs, with one warning.
+- Checked: every request carries the SHA-256 of its body (``x-amz-checksum-sha256``), which AWS
+  S3 and stores with its flexible checksums verify (s3rver and Ceph RGW 16 do not: RGW answers a
+  wrong one with 200); the bytes read are hashed on the way and the upload is abandoned before
+  it completes when their SHA-256 is not the announced one (:attr:`FinishedLogInfo.sha256`); the
+  store's ETag, an MD5 digest it computed itself, is compared with the log's (S3's per-part form
+  ``md5-N`` or the whole log's MD5, as s3rver gives multipart objects; when the completion
+  answers with none, as Ceph RGW does, the HEAD's); then a HEAD compares the object's size and
+  ``sha256`` metadata. Only then does the upload count as done.
+- Idempotent: a log whose object is already there (an earlier upload whose answer was lost) is
+  not sent again, but only when the store's own ETag matches the log, never on the size and the
+  ``sha256`` metadata alone (a claim this client wrote itself); a retried upload replaces its
+  object whole. Write-only keys (a 403 on HEAD) skip the HEADs, with one warning.
+- Tidy: a multipart upload that will not complete is aborted (AbortMultipartUpload), and so are
+  earlier ones left at the same key (a recorder killed mid-upload), where the store lists them
+  (ListMultipartUploads: AWS S3, Ceph RGW, MinIO; not s3rver).
 - Errors: :class:`~ulogstream.errors.UploadRejectedError` when retrying cannot help (no such
   bucket, access denied, a 4xx answer, a log that changed since its checksum was taken);
   :class:`~ulogstream.errors.UploadError` for everything a later attempt may get through (no
   connection, a 5xx answer, a timeout, a clock not yet set). Both carry one line.
 
-An upload cancelled halfway leaves its parts in the bucket until a lifecycle rule removes
-incomplete multipart uploads (the upload is not completed, so no object appears).
 """
 
 from __future__ import annotations
@@ -29,12 +33,16 @@ from __future__ import annotations
 import asyncio
 import configparser
 import hashlib
+import hmac
+import http.client
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, BinaryIO
+from urllib.parse import quote, urlsplit
 
 import obstore
 from obstore.exceptions import InvalidPathError, PermissionDeniedError, UnauthenticatedError
@@ -73,6 +81,9 @@ _STATUS = re.compile(r"status code: (\d{3})")
 _CODE = re.compile(r"<Code>([^<]*)</Code>")
 _MESSAGE = re.compile(r"<Message>([^<]*)</Message>")
 _MD5_ETAG = re.compile(r'^"?([0-9a-f]{32}(?:-\d+)?)"?$')
+_UPLOAD = re.compile(r"<Upload>(.*?)</Upload>", re.DOTALL)
+_KEY = re.compile(r"<Key>([^<]*)</Key>")
+_UPLOAD_ID = re.compile(r"<UploadId>([^<]*)</UploadId>")
 _RETRYABLE_STATUS = frozenset({408, 429})
 _RETRYABLE_CODES = frozenset(
     {
@@ -199,10 +210,11 @@ class _ChecksumMismatchError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class _Stored:
-    """What a HEAD tells of an object."""
+    """What a HEAD tells of an object: its size, ``sha256`` metadata and the store's ETag."""
 
     size: int
     sha256: str | None
+    etag: str | None = None
 
 
 _UNREADABLE = _Stored(-1, None)
@@ -219,6 +231,7 @@ class _Digests:
     def __init__(self, part_size: int) -> None:
         self.part_size = part_size
         self.sha256 = hashlib.sha256()
+        self.md5 = hashlib.md5(usedforsecurity=False)
         self.size = 0
         self.part_md5s: list[bytes] = []
         self._part = hashlib.md5(usedforsecurity=False)
@@ -228,6 +241,7 @@ class _Digests:
         """Read the next chunk of ``file`` and take it in (blocking)."""
         chunk = file.read(READ_CHUNK)
         self.sha256.update(chunk)
+        self.md5.update(chunk)
         self.size += len(chunk)
         view = memoryview(chunk)
         while view:
@@ -246,15 +260,19 @@ class _Digests:
         self._part = hashlib.md5(usedforsecurity=False)
         self._in_part = 0
 
-    def etag(self, *, multipart: bool) -> str:
-        """The ETag S3 computes for these bytes (after the last chunk)."""
-        if multipart:
-            return multipart_etag(self.part_md5s)
-        return (
-            self.part_md5s[0]
-            if self.part_md5s
-            else hashlib.md5(b"", usedforsecurity=False).digest()
-        ).hex()
+    def etags(self, *, multipart: bool) -> frozenset[str]:
+        """The ETags a store may give these bytes (after the last chunk).
+
+        The whole object's MD5; for a multipart upload also S3's form, the MD5 of the parts'
+        MD5s and their count (s3rver gives the whole MD5, AWS S3 and Ceph RGW the parts' form).
+        """
+        whole = self.md5.hexdigest()
+        return frozenset({whole, multipart_etag(self.part_md5s)} if multipart else {whole})
+
+    def read_all(self, file: BinaryIO) -> None:
+        """Take in the rest of ``file`` (blocking)."""
+        while self.read(file):
+            pass
 
 
 class S3Target:
@@ -279,6 +297,11 @@ class S3Target:
         """What the logs call this target."""
         self._part_size = settings.part_size_mb * _MB
         self._readable = True
+        self._lists_uploads = True
+        """The store answers ListMultipartUploads (s3rver does not): incomplete uploads are
+        aborted."""
+        self._aborting: set[asyncio.Future[None]] = set()
+        self._credentials = credentials or read_s3_credentials(settings)
         config: S3Config = {"region": settings.region, "checksum_algorithm": "SHA256"}
         if settings.endpoint_url is not None:
             config["endpoint"] = settings.endpoint_url.rstrip("/")
@@ -299,7 +322,7 @@ class S3Target:
                     "base": 2,
                 },
             },
-            credential_provider=credentials or read_s3_credentials(settings),
+            credential_provider=self._credentials,
         )
 
     def key(self, info: FinishedLogInfo) -> str:
@@ -324,8 +347,11 @@ class S3Target:
         if info.sha256 is None:
             msg = f"{info.path} has no checksum (it could not be read when it finished)"
             raise UploadRejectedError(msg)
-        if await self._present(info):
+        multipart = info.size > self._part_size
+        if await self._present(info, multipart=multipart):
             return url
+        if multipart:
+            await self._abort_incomplete(self.key(info))  # a killed recorder's parts
         try:
             file = await asyncio.to_thread(info.path.open, "rb")
         except FileNotFoundError:
@@ -334,7 +360,6 @@ class S3Target:
         except OSError as err:
             msg = f"cannot read {info.path}: {err.strerror}"
             raise UploadError(msg) from err
-        multipart = info.size > self._part_size
         digests = _Digests(self._part_size)
         try:
             result = await obstore.put_async(
@@ -346,17 +371,22 @@ class S3Target:
                 chunk_size=self._part_size,
                 max_concurrency=PARTS_AT_ONCE,
             )
-        except _ChecksumMismatchError as err:
-            raise UploadRejectedError(str(err)) from None
-        except _ReadError as err:
-            raise UploadError(str(err)) from err.__cause__
-        except (OSError, obstore.exceptions.BaseError) as err:
-            error = _failure("PUT", url, err)
-            raise error from None
+        except BaseException as err:
+            if multipart:  # the upload will not complete: its parts go
+                await self._abort_after(self.key(info), cancelled=not isinstance(err, Exception))
+            if isinstance(err, _ChecksumMismatchError):
+                raise UploadRejectedError(str(err)) from None
+            if isinstance(err, _ReadError):
+                raise UploadError(str(err)) from err.__cause__
+            if isinstance(err, (OSError, obstore.exceptions.BaseError)):
+                error = _failure("PUT", url, err)
+                raise error from None
+            raise
         finally:
             await asyncio.to_thread(file.close)
-        self._check_etag(url, result["e_tag"], digests.etag(multipart=multipart))
-        await self._verify(info, url)
+        stored = await self._verify(info, url)
+        etag = result["e_tag"] or (None if stored is None else stored.etag)
+        self._check_etag(url, etag, digests.etags(multipart=multipart))
         return url
 
     async def _chunks(
@@ -404,26 +434,136 @@ class S3Target:
             raise error from None
         meta = result.meta
         sha256 = result.attributes.get(SHA256_METADATA)
-        return _Stored(meta["size"], sha256 if isinstance(sha256, str) else None)
+        return _Stored(meta["size"], sha256 if isinstance(sha256, str) else None, meta["e_tag"])
 
-    async def _present(self, info: FinishedLogInfo) -> bool:
+    async def _present(self, info: FinishedLogInfo, *, multipart: bool) -> bool:
+        """Whether ``info``'s object is in the store already (an earlier upload's answer lost).
+
+        Its size and ``sha256`` metadata must match, and so must its ETag, which the store
+        computed: the metadata alone is this client's own claim. With ``verify_etag`` off
+        (SSE-KMS or SSE-C, whose ETags are no MD5) size and metadata must do.
+        """
         stored = await self._head(info)
-        return stored is not None and stored == _Stored(info.size, info.sha256)
+        if stored is None or stored is _UNREADABLE:
+            return False
+        if (stored.size, stored.sha256) != (info.size, info.sha256):
+            return False
+        if not self.settings.verify_etag:
+            return True
+        digests = _Digests(self._part_size)
+        try:
+            with info.path.open("rb") as file:
+                await asyncio.to_thread(digests.read_all, file)
+        except OSError:
+            return False  # the upload itself says what is wrong with the file
+        if _etag_matches(stored.etag, digests.etags(multipart=multipart)):
+            return True
+        logger.warning(
+            "%s: the object at %s has this log's size and sha256 metadata but ETag %s, no MD5 "
+            "of it: uploading it again",
+            self.name,
+            self.key(info),
+            stored.etag,
+        )
+        return False
 
-    def _check_etag(self, url: str, etag: str | None, expected: str) -> None:
-        match = _MD5_ETAG.match(etag or "")
-        if self.settings.verify_etag and (match is None or match[1] != expected):
+    def _check_etag(self, url: str, etag: str | None, expected: frozenset[str]) -> None:
+        if self.settings.verify_etag and not _etag_matches(etag, expected):
+            md5 = " or ".join(sorted(expected))
             msg = (
-                f"S3 object {url} has ETag {etag}, not the log's MD5 {expected}: the upload does "
-                "not count (if the bucket encrypts with SSE-KMS or SSE-C, set "
+                f"S3 object {url} has ETag {etag}, not the log's MD5 ({md5}): "
+                "the upload does not count (if the bucket encrypts with SSE-KMS or SSE-C, set "
                 "upload.s3.verify_etag = false)"
             )
             raise UploadError(msg)
 
-    async def _verify(self, info: FinishedLogInfo, url: str) -> None:
+    async def _abort_after(self, key: str, *, cancelled: bool) -> None:
+        """Abort the incomplete multipart uploads at ``key`` after a failed or cancelled one."""
+        abort = asyncio.ensure_future(self._abort_incomplete(key))
+        self._aborting.add(abort)
+        abort.add_done_callback(self._aborting.discard)
+        if not cancelled:  # a cancelled upload does not wait: the abort goes on by itself
+            await asyncio.shield(abort)
+
+    async def _abort_incomplete(self, key: str) -> None:
+        """Abort every incomplete multipart upload at ``key`` (errors are logged, not raised)."""
+        if not self._lists_uploads:
+            return
+        try:
+            aborted = await asyncio.to_thread(self._abort_blocking, key)
+        except (OSError, UploadError) as err:
+            logger.warning("%s: incomplete uploads at %s not aborted: %s", self.name, key, err)
+            return
+        if aborted:
+            logger.info("%s: aborted %d incomplete upload(s) at %s", self.name, aborted, key)
+
+    def _abort_blocking(self, key: str) -> int:
+        """List the incomplete uploads at ``key`` and abort each (blocking); how many."""
+        status, body = self._signed("GET", "", {"uploads": "", "prefix": key})
+        if status in {400, 404, 405, 501}:
+            self._lists_uploads = False
+            logger.info(
+                "%s: the store does not list incomplete multipart uploads (HTTP %d): parts of "
+                "an interrupted upload stay until its lifecycle rules remove them",
+                self.name,
+                status,
+            )
+            return 0
+        if status != 200:  # noqa: PLR2004
+            msg = f"ListMultipartUploads answered HTTP {status}"
+            raise UploadError(msg)
+        aborted = 0
+        for upload in _UPLOAD.findall(body.decode(errors="replace")):
+            found_key, upload_id = _xml_text(_KEY, upload), _xml_text(_UPLOAD_ID, upload)
+            if found_key != key or upload_id is None:
+                continue  # the prefix matched a longer key
+            status, _ = self._signed("DELETE", key, {"uploadId": upload_id})
+            if status in {200, 204}:
+                aborted += 1
+        return aborted
+
+    def _signed(self, method: str, key: str, query: dict[str, str]) -> tuple[int, bytes]:
+        """One request signed with AWS Signature V4, path style (blocking): status and body.
+
+        obstore aborts nothing and lists no uploads, so these two requests are made here.
+        """
+        endpoint = self.settings.endpoint_url or f"https://s3.{self.settings.region}.amazonaws.com"
+        parts = urlsplit(endpoint)
+        path = quote(f"{parts.path.rstrip('/')}/{self.bucket}" + (f"/{key}" if key else ""))
+        canonical_query = "&".join(
+            f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items())
+        )
+        headers = sigv4_headers(
+            method,
+            host=parts.netloc,
+            path=path,
+            canonical_query=canonical_query,
+            credentials=self._credentials,
+            region=self.settings.region,
+            now=time.gmtime(),
+        )
+        connection_type = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        )
+        connection = connection_type(parts.netloc, timeout=self.settings.request_timeout_s)
+        try:
+            target = f"{path}?{canonical_query}" if canonical_query else path
+            connection.request(method, target, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read(1 << 20)
+        finally:
+            connection.close()
+
+    async def _verify(self, info: FinishedLogInfo, url: str) -> _Stored | None:
+        """HEAD the uploaded object: its size and ``sha256`` metadata must be the log's.
+
+        Returns:
+            What the HEAD told (its ETag stands in for a completion that gave none), None
+            when the object cannot be read back (write-only keys).
+        """
         stored = await self._head(info)
         if stored is _UNREADABLE:
-            return
+            return None
         problem = None
         if stored is None:
             problem = "is not there after its upload was answered with success"
@@ -434,6 +574,71 @@ class S3Target:
         if problem is not None:
             msg = f"S3 object {url} {problem}: the upload does not count"
             raise UploadError(msg)
+        return stored
+
+
+def sigv4_headers(
+    method: str,
+    *,
+    host: str,
+    path: str,
+    canonical_query: str,
+    credentials: S3Credentials,
+    region: str,
+    now: time.struct_time,
+) -> dict[str, str]:
+    """The headers of an S3 request without a body, signed with AWS Signature Version 4.
+
+    Args:
+        method: GET, DELETE, ...
+        host: The ``Host`` header.
+        path: The URI-encoded path.
+        canonical_query: The query, names sorted, names and values URI-encoded.
+        credentials: The keys to sign with.
+        region: The region the request is signed for.
+        now: The request's time (UTC).
+    """
+    amz_date, day = time.strftime("%Y%m%dT%H%M%SZ", now), time.strftime("%Y%m%d", now)
+    payload = hashlib.sha256(b"").hexdigest()
+    headers = {"host": host, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+    if credentials.session_token:
+        headers["x-amz-security-token"] = credentials.session_token
+    signed = ";".join(sorted(headers))
+    canonical = "\n".join(
+        [
+            method,
+            path,
+            canonical_query,
+            *(f"{name}:{headers[name]}" for name in sorted(headers)),
+            "",
+            signed,
+            payload,
+        ]
+    )
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = f"AWS4{credentials.secret_access_key}".encode()
+    for word in (day, region, "s3", "aws4_request"):
+        key = hmac.new(key, word.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={credentials.access_key_id}/{scope}, "
+        f"SignedHeaders={signed}, Signature={signature}"
+    )
+    return headers
+
+
+def _etag_matches(etag: str | None, expected: frozenset[str]) -> bool:
+    """Whether the store's ``etag`` (quoted or not) is one of the ``expected`` MD5 forms."""
+    match = _MD5_ETAG.match(etag or "")
+    return match is not None and match[1] in expected
+
+
+def _xml_text(pattern: re.Pattern[str], xml: str) -> str | None:
+    found = pattern.search(xml)
+    return None if found is None else found[1]
 
 
 def _failure(what: str, url: str, err: BaseException) -> UploadRejectedError | UploadError:
