@@ -32,7 +32,6 @@ from ulogstream.config.loader import COMMAND_LINE, load_settings
 from ulogstream.config.sections import S3Settings, UploadSettings
 from ulogstream.errors import ConfigError, UploadError, UploadRejectedError
 from ulogstream.sim.flightlog import generate_flight_log
-from ulogstream.upload import s3 as s3_module
 from ulogstream.upload.info import FinishedLogInfo
 from ulogstream.upload.s3 import (
     S3Credentials,
@@ -307,7 +306,7 @@ async def test_a_log_already_uploaded_is_not_sent_again(
     async def no_put(*_args: object, **_kwargs: object) -> None:
         pytest.fail("the log was sent again")
 
-    monkeypatch.setattr(s3_module.obstore, "put_async", no_put)
+    monkeypatch.setattr(obstore, "put_async", no_put)  # s3 calls obstore.put_async
     assert await s3.upload(info) == url  # the store's ETag matches the log: nothing is sent
     assert moto_s3.keys(bucket) == [f"uav-1/{DATE}/{log.name}"]
 
@@ -322,6 +321,7 @@ async def test_an_object_with_our_metadata_but_other_bytes_is_replaced(
     info = info_of(log)
     s3 = target(moto_s3, "logs-forged")
     other = bytes(reversed(log.read_bytes()))  # same size, other bytes
+    assert info.sha256 is not None
     await obstore.put_async(s3._store, s3.key(info), other, attributes={"sha256": info.sha256})
 
     await s3.upload(info)
@@ -708,9 +708,9 @@ def test_the_abort_requests_are_signed_as_botocore_signs_them(
     method: str, path: str, query: dict[str, str], token: str | None
 ) -> None:
     """ListMultipartUploads and AbortMultipartUpload go out signed by our own SigV4 code."""
-    from botocore.auth import S3SigV4Auth  # noqa: PLC0415 (moto's dependency, tests only)
-    from botocore.awsrequest import AWSRequest  # noqa: PLC0415
-    from botocore.credentials import Credentials  # noqa: PLC0415
+    from botocore.auth import S3SigV4Auth  # type: ignore[import-untyped]  # noqa: PLC0415 (moto's dependency, tests only)
+    from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]  # noqa: PLC0415
+    from botocore.credentials import Credentials  # type: ignore[import-untyped]  # noqa: PLC0415
 
     keys = S3Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
     now = time.gmtime(1_764_000_000)
