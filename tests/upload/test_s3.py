@@ -26,13 +26,12 @@ import obstore
 import pytest
 from obstore.exceptions import GenericError, PermissionDeniedError
 from support.broker import free_port
+from support.s3_logs import DATE, PART_MB, fixture_big_log, info_of, small_log
 from support.waiting import POLL_INTERVAL, WAIT_LIMIT, eventually, holds_for, running
 
 from ulogstream.config.loader import COMMAND_LINE, load_settings
 from ulogstream.config.sections import S3Settings, UploadSettings
 from ulogstream.errors import ConfigError, UploadError, UploadRejectedError
-from ulogstream.sim.flightlog import generate_flight_log
-from ulogstream.upload.info import FinishedLogInfo
 from ulogstream.upload.s3 import (
     S3Credentials,
     S3Target,
@@ -44,6 +43,8 @@ from ulogstream.upload.s3 import (
 )
 from ulogstream.upload.shipper import LogShipper
 
+__all__ = ["fixture_big_log"]  # a fixture of this module
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
@@ -54,9 +55,7 @@ START_TIMEOUT = 30.0
 """Seconds moto's server may take to start on a loaded machine (it imports a lot)."""
 
 KEYS = S3Credentials("test-key-id", "test-secret")
-PART_MB = 5
 """S3's smallest part: the multipart tests need the fewest bytes."""
-DATE = "2026-11-25"
 PASS = {
     "Authorization": "AWS4-HMAC-SHA256 Credential=test/20261125/us-east-1/s3/aws4_request, "
     "SignedHeaders=host, Signature=0"
@@ -186,39 +185,6 @@ def fixture_moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3
 def fixture_moto_s3_own(tmp_path: Path) -> Iterator[MotoS3]:
     """A server of the test's own, to kill and restart."""
     yield from _running(MotoS3(free_port(), tmp_path / "moto.log"))
-
-
-@pytest.fixture(name="big_log", scope="module")
-def fixture_big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A generated 10-minute flight (about 30 MB: six 5 MiB parts and a rest)."""
-    path = tmp_path_factory.mktemp("big") / DATE / "10_00_00.ulg"
-    path.parent.mkdir()
-    generate_flight_log(path, duration_s=600.0, seed=7)
-    return path
-
-
-def small_log(out: Path) -> Path:
-    """A generated 10-second flight where the recorder puts one."""
-    path = out / DATE / "12_34_56.ulg"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    generate_flight_log(path, duration_s=10.0, seed=3)
-    return path
-
-
-def info_of(path: Path, *, vehicle: str = "uav-1", sha256: str | None = None) -> FinishedLogInfo:
-    """What the shipper announces of ``path`` (its SHA-256 read here unless given)."""
-    data = path.read_bytes()
-    return FinishedLogInfo(
-        path=path,
-        size=len(data),
-        sha256=hashlib.sha256(data).hexdigest() if sha256 is None else sha256,
-        sys_uuid=None,
-        start_time=None,
-        date=DATE,
-        vehicle=vehicle,
-        complete=True,
-        how="complete",
-    )
 
 
 def target(server: MotoS3, bucket: str, *, prefix: str = "") -> S3Target:

@@ -234,6 +234,9 @@ class _Digests:
         self.md5 = hashlib.md5(usedforsecurity=False)
         self.size = 0
         self.part_md5s: list[bytes] = []
+        self.failure: Exception | None = None
+        """Why the upload's stream ended it (the log changed or cannot be read): the cause, also
+        when the store's answer to the abort that followed is what the upload raised."""
         self._part = hashlib.md5(usedforsecurity=False)
         self._in_part = 0
 
@@ -371,7 +374,8 @@ class S3Target:
                 chunk_size=self._part_size,
                 max_concurrency=PARTS_AT_ONCE,
             )
-        except BaseException as err:
+        except BaseException as raised:
+            err = digests.failure or raised
             if multipart:  # the upload will not complete: its parts go
                 await self._abort_after(self.key(info), cancelled=not isinstance(err, Exception))
             if isinstance(err, _ChecksumMismatchError):
@@ -397,7 +401,8 @@ class S3Target:
                 chunk = await asyncio.to_thread(digests.read, file)
             except OSError as err:
                 msg = f"cannot read {info.path}: {err.strerror}"
-                raise _ReadError(msg) from err
+                failure = digests.failure = _ReadError(msg)
+                raise failure from err
             if not chunk:
                 break
             yield chunk
@@ -408,7 +413,8 @@ class S3Target:
                 f"({digests.size} bytes, SHA-256 {digest[:16]}..., not {info.size} bytes, "
                 f"{(info.sha256 or '')[:16]}...): not uploaded"
             )
-            raise _ChecksumMismatchError(msg)
+            failure = digests.failure = _ChecksumMismatchError(msg)
+            raise failure
 
     async def _head(self, info: FinishedLogInfo) -> _Stored | None:
         """What the store holds at ``info``'s key; None: nothing.
