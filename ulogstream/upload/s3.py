@@ -375,15 +375,16 @@ class S3Target:
                 max_concurrency=PARTS_AT_ONCE,
             )
         except BaseException as raised:
-            err = digests.failure or raised
             if multipart:  # the upload will not complete: its parts go
-                await self._abort_after(self.key(info), cancelled=not isinstance(err, Exception))
-            if isinstance(err, _ChecksumMismatchError):
-                raise UploadRejectedError(str(err)) from None
-            if isinstance(err, _ReadError):
-                raise UploadError(str(err)) from err.__cause__
-            if isinstance(err, (OSError, obstore.exceptions.BaseError)):
-                error = _failure("PUT", url, err)
+                cancelled = not isinstance(raised, Exception)
+                await self._abort_after(self.key(info), cancelled=cancelled)
+            cause = digests.failure or raised
+            if isinstance(cause, _ChecksumMismatchError):
+                raise UploadRejectedError(str(cause)) from None
+            if isinstance(cause, _ReadError):
+                raise UploadError(str(cause)) from cause.__cause__
+            if isinstance(cause, (OSError, obstore.exceptions.BaseError)):
+                error = _failure("PUT", url, cause)
                 raise error from None
             raise
         finally:
@@ -401,8 +402,8 @@ class S3Target:
                 chunk = await asyncio.to_thread(digests.read, file)
             except OSError as err:
                 msg = f"cannot read {info.path}: {err.strerror}"
-                failure = digests.failure = _ReadError(msg)
-                raise failure from err
+                read_error = digests.failure = _ReadError(msg)
+                raise read_error from err
             if not chunk:
                 break
             yield chunk
@@ -413,8 +414,8 @@ class S3Target:
                 f"({digests.size} bytes, SHA-256 {digest[:16]}..., not {info.size} bytes, "
                 f"{(info.sha256 or '')[:16]}...): not uploaded"
             )
-            failure = digests.failure = _ChecksumMismatchError(msg)
-            raise failure
+            mismatch = digests.failure = _ChecksumMismatchError(msg)
+            raise mismatch
 
     async def _head(self, info: FinishedLogInfo) -> _Stored | None:
         """What the store holds at ``info``'s key; None: nothing.
