@@ -35,7 +35,7 @@ def child(url: str, path: Path) -> None:
         date="2026-11-25", vehicle="bench", complete=True, how="complete",
     )  # fmt: skip
     start = time.perf_counter()
-    page = asyncio.run(target.upload(info))
+    page = asyncio.run(target.upload(info)).location
     seconds = time.perf_counter() - start
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"seconds": seconds, "peak_kb": peak_kb, "page": page}))

@@ -1,12 +1,21 @@
 """Flight Review contract servers for the tests, one per generation, from the documented contract.
 
+As PX4/flight_review's ``tornado_handlers/upload.py`` and PX4/flight-review-rs's
+``api/upload.rs`` read them:
+
 - ``plot_app`` (the Python server): ``POST /upload``, ``multipart/form-data`` with the file in
-  part ``filearg`` and the form fields ``type``, ``description``, ``feedback``, ``email``,
-  ``allowForAnalysis``, ``obfuscated``, ``source``; ``type=flightreport`` also needs
-  ``windSpeed``, ``rating`` and ``videoUrl``, else the server answers 500. Success: 302 with
-  ``Location: /plot_app?log=<id>``. A request it cannot take: 400.
-- ``api`` (the Rust server): ``POST /api/upload`` with the file in part ``file``; success: 200
-  with a JSON object holding ``id`` and ``delete_token``.
+  part ``filearg``. ``description`` and ``email`` are required (without them: 500, the
+  handler's KeyError); ``type``, ``feedback``, ``allowForAnalysis``, ``obfuscated``,
+  ``source`` are optional, and for ``type=flightreport`` so are ``windSpeed``, ``rating``,
+  ``videoUrl``, ``public`` and ``vehicleName``. A file without the ULog header: 400. It stores
+  the log, then parses it before it answers (``parse_s``): a client gone meanwhile leaves the
+  entry. Success: 302 with ``Location: /plot_app?log=<id>``. Behind nginx (``max_body``) a
+  larger body gets 413 from its headers, before it is sent.
+- ``api`` (the Rust server): ``POST /api/upload`` with the file in part ``file`` and the
+  optional fields ``is_public``, ``description``, ``wind_speed``, ``rating`` (an integer),
+  ``feedback``, ``video_url``, ``source``, ``pilot_name``, ``vehicle_name``, ``tags``,
+  ``location_name``, ``mission_type``; a file that does not convert: 500 ``conversion error``.
+  Success: 200 with a JSON object holding ``id`` and ``delete_token``.
 
 The multipart body is parsed with the standard library's ``email`` parser, not with the code
 under test. ``answers`` queues statuses (500, 400, 0 for "never answer") given, in turn, to the
@@ -28,16 +37,9 @@ from typing import TYPE_CHECKING, Literal, Self
 if TYPE_CHECKING:
     from types import TracebackType
 
-PLOT_APP_FIELDS = (
-    "type",
-    "description",
-    "feedback",
-    "email",
-    "allowForAnalysis",
-    "obfuscated",
-    "source",
-)
-FLIGHTREPORT_FIELDS = ("windSpeed", "rating", "videoUrl")
+PLOT_APP_REQUIRED = ("description", "email")
+"""What v1's handler reads without a default (``form_data['email']``): 500 without."""
+ULOG_MAGIC = b"ULog\x01\x12\x35"
 HANG = 0
 """An entry of ``answers``: read the upload, then never answer."""
 
@@ -58,6 +60,10 @@ class ReviewServer:
 
     api: Literal["plot_app", "api"]
     answers: list[int] = field(default_factory=list)
+    parse_s: float = 0.0
+    """``plot_app``: seconds spent parsing a stored log before answering (real: 2.6-7 s)."""
+    max_body: int | None = None
+    """A body larger than this gets 413 from its headers alone (nginx's client_max_body_size)."""
     received: list[Upload] = field(default_factory=list)
     """Every request read, with the status it got."""
     stored: dict[str, bytes] = field(default_factory=dict)
@@ -99,17 +105,30 @@ class ReviewServer:
                 name.strip().lower(): value.strip()
                 for name, _, value in (line.partition(":") for line in header_lines if line)
             }
-            body = await reader.readexactly(int(headers.get("content-length", "0")))
+            length = int(headers.get("content-length", "0"))
+            if self.max_body is not None and length > self.max_body:
+                self.received.append(Upload(path, status=413))
+                await self._reply(writer, 413, {}, b"<html>413 Request Entity Too Large</html>")
+                return
+            body = await reader.readexactly(length)
         except (asyncio.IncompleteReadError, ValueError, ConnectionError):
             writer.close()
             return
         upload = Upload(path)
         self.received.append(upload)
         status, extra, payload = self._answer(method, headers, body, upload)
+        if status in {301, 302, 303} and self.parse_s:
+            await asyncio.sleep(self.parse_s)  # stored already: parsing, then the answer
         upload.status = status
         if status == HANG:
             self._hanging.append(writer)
             return
+        await self._reply(writer, status, extra, payload)
+
+    @staticmethod
+    async def _reply(
+        writer: asyncio.StreamWriter, status: int, extra: dict[str, str], payload: bytes
+    ) -> None:
         lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
         lines += [f"{name}: {value}" for name, value in extra.items()]
         lines += [f"Content-Length: {len(payload)}", "Connection: close", "", ""]
@@ -147,15 +166,12 @@ class ReviewServer:
         return self._rust_api(upload)
 
     def _plot_app(self, upload: Upload) -> tuple[int, dict[str, str], bytes]:
-        if set(upload.files) != {"filearg"}:
-            return 400, {}, b"No file uploaded (part filearg)"
-        missing = [name for name in PLOT_APP_FIELDS if name not in upload.fields]
-        if missing or upload.fields["type"] not in {"personal", "flightreport"}:
-            return 400, {}, f"bad form: missing {missing}".encode()
-        if upload.fields["type"] == "flightreport" and any(
-            name not in upload.fields for name in FLIGHTREPORT_FIELDS
-        ):
-            return 500, {}, b"Internal Server Error: Cannot get upload form field"
+        if any(name not in upload.fields for name in PLOT_APP_REQUIRED):
+            return 500, {}, b"<html><title>500: Internal Server Error</title></html>"
+        if "filearg" not in upload.files:
+            return 500, {}, b"<html><title>500: Internal Server Error</title></html>"
+        if not upload.files["filearg"][1].startswith(ULOG_MAGIC[:4]):
+            return 400, {}, b"Invalid File"
         if self.answers:
             return self.answers.pop(0), {}, b"forced answer"
         log_id = str(uuid.uuid4())
@@ -167,6 +183,9 @@ class ReviewServer:
             return 400, {"Content-Type": "application/json"}, b'{"error": "no part file"}'
         if self.answers:
             return self.answers.pop(0), {}, b'{"error": "forced answer"}'
+        if not upload.files["file"][1].startswith(ULOG_MAGIC[:4]):
+            error = b'{"error": "conversion error: invalid ULog file header"}'
+            return 500, {"Content-Type": "application/json"}, error
         log_id, token = str(uuid.uuid4()), uuid.uuid4().hex
         self.stored[log_id] = upload.files["file"][1]
         self.tokens[log_id] = token

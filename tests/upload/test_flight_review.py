@@ -14,6 +14,7 @@ from support.waiting import running
 from ulogstream.config.loader import load_settings
 from ulogstream.config.sections import FlightReviewSettings, UploadSettings
 from ulogstream.errors import ConfigError
+from ulogstream.upload import flight_review
 from ulogstream.upload.flight_review import FlightReviewTarget, MultipartPost, post
 from ulogstream.upload.info import FinishedLogInfo
 from ulogstream.upload.shipper import LogShipper
@@ -80,7 +81,7 @@ async def test_plot_app_gets_the_log_in_filearg_with_its_form_and_gives_its_page
 
 
 @pytest.mark.asyncio
-async def test_a_flight_report_always_sends_wind_rating_and_video(tmp_path: Path) -> None:
+async def test_a_flight_report_sends_wind_rating_video_and_the_vehicle_name(tmp_path: Path) -> None:
     log = finished_log(tmp_path)
     async with ReviewServer("plot_app") as server:
         shipper = LogShipper(
@@ -91,27 +92,34 @@ async def test_a_flight_report_always_sends_wind_rating_and_video(tmp_path: Path
     (upload,) = server.received
     assert upload.status == 302
     assert upload.fields["type"] == "flightreport"
-    assert {k: upload.fields[k] for k in ("windSpeed", "rating", "videoUrl", "public")} == {
+    names = ("windSpeed", "rating", "videoUrl", "public", "vehicleName")
+    assert {k: upload.fields[k] for k in names} == {
         "windSpeed": "5",
         "rating": "notset",
         "videoUrl": "",
         "public": "true",
+        "vehicleName": "uav-1",
     }
     assert shipper.uploaded == 1
 
 
 @pytest.mark.asyncio
-async def test_the_contract_server_answers_500_to_a_flight_report_without_its_fields(
+async def test_the_contract_server_holds_v1s_rule_description_and_email_are_required(
     tmp_path: Path,
 ) -> None:
+    """v1 reads ``form_data['description']`` and ``['email']`` bare; the rest has defaults."""
     log = finished_log(tmp_path)
     async with ReviewServer("plot_app") as server:
-        fields = {"type": "flightreport", "description": "", "feedback": "", "email": ""}
-        fields |= {"allowForAnalysis": "false", "obfuscated": "false", "source": "test"}
-        request = MultipartPost(f"{server.url}/upload", fields, "filearg", log, timeout_s=WAIT)
-        answer = await post(request, WAIT)
+        statuses = []
+        for fields in (
+            {"type": "flightreport", "description": "", "email": ""},  # no wind, rating, video
+            {"description": "x"},
+            {"email": ""},
+        ):
+            request = MultipartPost(f"{server.url}/upload", fields, "filearg", log, timeout_s=WAIT)
+            statuses.append((await post(request, WAIT)).status)
 
-    assert answer.status == 500
+    assert statuses == [302, 500, 500]
 
 
 @pytest.mark.asyncio
@@ -156,8 +164,14 @@ async def test_the_rust_server_gets_the_file_part_and_its_delete_token_is_logged
     assert upload.path == "/api/upload"
     assert upload.files == {"file": ("12_34_56.ulg", DATA)}
     ((log_id, token),) = server.tokens.items()
-    page = f"{server.url}/plot_app?log={log_id}"
+    page = f"{server.url}/log/{log_id}"  # v2's page (v1's /plot_app does not exist there)
     assert shipper.locations == [page]
+    assert upload.fields == {
+        "is_public": "false",
+        "description": "uav-1 12_34_56.ulg",
+        "vehicle_name": "uav-1",
+        "source": "ulogstream",
+    }
     lines = [r.getMessage() for r in caplog.records]
     (token_line,) = [line for line in lines if token in line]
     assert page in token_line
@@ -192,15 +206,98 @@ async def test_no_server_listening_is_retried_then_given_up(tmp_path: Path) -> N
 
 @pytest.mark.asyncio
 async def test_a_server_that_never_answers_times_out_and_the_thread_ends(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(flight_review, "ANSWER_WAIT_S", 0.3)
     log = finished_log(tmp_path)
     async with ReviewServer("plot_app", answers=[HANG]) as server:
         shipper = LogShipper(settings(server.url, attempts=1, timeout_s=0.3))
         await ship(shipper, log)
 
     assert shipper.failed == 1
-    assert shipper.last_error == f"{server.url}/upload did not answer within 0.3 s"
+    assert (
+        shipper.last_error
+        == f"{server.url}/upload got the whole log but did not answer within 0.3 s"
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_server_slower_to_answer_than_the_transfer_timeout_gets_one_entry(
+    tmp_path: Path,
+) -> None:
+    """v1 stores the log, then parses it before it answers: the answer is waited for."""
+    log = finished_log(tmp_path)
+    async with ReviewServer("plot_app", parse_s=1.5) as server:
+        shipper = LogShipper(settings(server.url, attempts=3, timeout_s=0.5))
+        await ship(shipper, log)
+
+    assert len(server.stored) == 1  # before: three entries, and the status said one upload
+    assert (shipper.uploaded, shipper.failed) == (1, 0)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("api", ["plot_app", "api"])
+async def test_a_log_too_large_for_the_server_is_said_so_and_not_retried(
+    tmp_path: Path, api: FlightReviewApi
+) -> None:
+    """An nginx before Flight Review answers a body over its limit with 413 from the headers."""
+    log = finished_log(tmp_path, DATA * 40)  # 3 MB
+    async with ReviewServer(api, max_body=100_000) as server:
+        shipper = LogShipper(settings(server.url, api=api, attempts=5))
+        await ship(shipper, log)
+
+    assert [u.status for u in server.received] == [413]
+    assert (shipper.uploaded, shipper.failed) == (0, 1)
+    assert shipper.last_error is not None
+    assert "is too large for this server" in shipper.last_error
+    assert "url right" not in shipper.last_error
+
+
+@pytest.mark.asyncio
+async def test_v2_gets_every_field_it_reads_and_a_log_it_cannot_convert_is_not_retried(
+    tmp_path: Path,
+) -> None:
+    log = finished_log(tmp_path)
+    broken = finished_log(tmp_path / "broken", b"not a ULog file" * 100)
+    async with ReviewServer("api") as server:
+        shipper = LogShipper(
+            settings(
+                server.url, api="api", attempts=5, fr_public=True, fr_rating="great",
+                fr_wind_speed=8, fr_video_url="https://video.example/1", fr_feedback="ok",
+                fr_tags="survey,test", fr_pilot_name="Ann", fr_location_name="Field 3",
+                fr_mission_type="survey", fr_description="{vehicle}",
+            )
+        )  # fmt: skip
+        uploaded: list[tuple[str, str | None]] = []
+        shipper.on_uploaded = lambda _info, _name, done: uploaded.append(
+            (done.location, done.delete_token)
+        )
+        await ship(shipper, log)
+        async with running(shipper.run()):
+            shipper.offer(broken, broken.stat().st_size, vehicle="uav-1", how="complete")
+            await asyncio.wait_for(shipper.wait_idle(), WAIT)
+
+    first, second = server.received
+    assert first.fields == {
+        "is_public": "true",
+        "description": "uav-1",
+        "vehicle_name": "uav-1",
+        "source": "ulogstream",
+        "rating": "5",
+        "wind_speed": "gale",
+        "video_url": "https://video.example/1",
+        "feedback": "ok",
+        "tags": "survey,test",
+        "pilot_name": "Ann",
+        "location_name": "Field 3",
+        "mission_type": "survey",
+    }
+    ((log_id, token),) = server.tokens.items()
+    assert uploaded == [(f"{server.url}/log/{log_id}", token)]
+    assert second.status == 500  # conversion error: once, not five times
+    assert (shipper.uploaded, shipper.failed) == (1, 1)
+    assert shipper.last_error is not None
+    assert "cannot convert" in shipper.last_error
 
 
 def test_make_target_names_each_target() -> None:
@@ -213,7 +310,12 @@ def test_make_target_names_each_target() -> None:
         path=Path("/x/2026-11-25/12_34_56.ulg"), size=1, sha256=None, sys_uuid=None,
         start_time=None, date="2026-11-25", vehicle="v", complete=True, how="complete",
     )  # fmt: skip
-    assert review.form_fields(info) == {}
+    assert review.form_fields(info) == {  # v2's own names
+        "is_public": "false",
+        "description": "v 12_34_56.ulg",
+        "vehicle_name": "v",
+        "source": "ulogstream",
+    }
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,7 @@ async def test_a_finished_log_is_announced_and_uploaded_by_the_command(
     flight = make_flight(tmp_path, duration_s=2.0, seed=8)
     port = free_udp_port()
     out, remote = tmp_path / "recordings", tmp_path / "remote"
-    command = f"{install} -D {{path}} {remote}/{{vehicle}}/{{date}}/{{name}}"
+    command = f"{install} -v -D {{path}} {remote}/{{vehicle}}/{{date}}/{{name}}"
     async with subscriber(mosquitto.host, mosquitto.port, "ulogstream/+/meta/#") as messages:
         recorder = record(
             tmp_path, port, out, mosquitto, "--vehicle-id", "uav7", "--set",
@@ -95,7 +95,12 @@ async def test_a_finished_log_is_announced_and_uploaded_by_the_command(
             topic = "ulogstream/uav7/meta/log_finished"
             return [json.loads(m.payload) for m in messages if m.topic == topic]
 
+        def uploaded() -> list[dict[str, object]]:
+            topic = "ulogstream/uav7/meta/log_uploaded"
+            return [json.loads(m.payload) for m in messages if m.topic == topic]
+
         await eventually(lambda: len(announced()) == 1, what="no meta/log_finished")
+        await eventually(lambda: len(uploaded()) == 1, what="no meta/log_uploaded")
 
     (log,) = recordings(out)
     event = announced()[0]
@@ -109,7 +114,17 @@ async def test_a_finished_log_is_announced_and_uploaded_by_the_command(
     assert copy.read_bytes() == log.read_bytes()
     stderr = recorder.stderr()
     assert f"uploaded {log}" in stderr
-    assert all(not m.retain for m in messages if m.topic.endswith("log_finished"))
+    assert all(not m.retain for m in messages if m.topic.endswith(("log_finished", "uploaded")))
+    copied = uploaded()[0]
+    location = str(copied.pop("location"))
+    assert copied == {
+        "path": str(log),
+        "name": log.name,
+        "sha256": event["sha256"],
+        "target": "install",
+    }
+    said = f"'{log}' -> '{copy}'"  # what the command printed last (install -v), 200 at most
+    assert location == said[:200]
 
 
 @pytest.mark.asyncio
@@ -265,7 +280,12 @@ async def test_a_log_recovered_after_a_crash_is_announced_and_uploaded(
             topic = "ulogstream/uav7/meta/log_finished"
             return [json.loads(m.payload) for m in messages if m.topic == topic]
 
+        def uploaded() -> list[dict[str, object]]:
+            topic = "ulogstream/uav7/meta/log_uploaded"
+            return [json.loads(m.payload) for m in messages if m.topic == topic]
+
         await eventually(lambda: len(announced()) == 1, what="no meta/log_finished")
+        await eventually(lambda: len(uploaded()) == 1, what="no meta/log_uploaded")
     assert restarted.terminate() == 0
     log = part.with_name(part.name.removesuffix(".part"))
     assert f"recovered {log} from an interrupted recording" in restarted.stderr()

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from ulogstream.upload.targets import Uploaded
+
 pytestmark = pytest.mark.timeout(120)
 
 START_TIMEOUT = 30.0
@@ -194,7 +196,9 @@ def target(server: MotoS3, bucket: str, *, prefix: str = "") -> S3Target:
     return S3Target(settings, credentials=KEYS)
 
 
-async def until_multipart_began(server: MotoS3, bucket: str, upload: asyncio.Task[str]) -> None:
+async def until_multipart_began(
+    server: MotoS3, bucket: str, upload: asyncio.Task[Uploaded]
+) -> None:
     """Wait until ``upload`` has begun its multipart upload (and not completed it)."""
     deadline = time.monotonic() + WAIT_LIMIT
     while not await asyncio.to_thread(server.uploads, bucket):
@@ -218,7 +222,7 @@ async def test_a_generated_log_lands_at_its_key_with_an_equal_sha256(
     log = small_log(tmp_path / "out")
     info = info_of(log)
 
-    url = await target(moto_s3, "logs-small", prefix="/fleet/a/").upload(info)
+    url = (await target(moto_s3, "logs-small", prefix="/fleet/a/").upload(info)).location
 
     key = f"fleet/a/uav-1/{DATE}/12_34_56.ulg"
     assert url == f"s3://logs-small/{key}"
@@ -241,7 +245,7 @@ async def test_a_log_larger_than_a_part_goes_up_in_parts_and_arrives_whole(
     parts = [data[i : i + part] for i in range(0, len(data), part)]
     assert len(parts) > 2
 
-    url = await target(moto_s3, "logs-big").upload(info)
+    url = (await target(moto_s3, "logs-big").upload(info)).location
 
     key = f"uav-1/{DATE}/10_00_00.ulg"
     assert url == f"s3://logs-big/{key}"
@@ -267,13 +271,15 @@ async def test_a_log_already_uploaded_is_not_sent_again(
     log = big_log if multipart else small_log(tmp_path / "out")
     info = info_of(log)
     s3 = target(moto_s3, bucket)
-    url = await s3.upload(info)
+    url = (await s3.upload(info)).location
 
     async def no_put(*_args: object, **_kwargs: object) -> None:
         pytest.fail("the log was sent again")
 
     monkeypatch.setattr(obstore, "put_async", no_put)  # s3 calls obstore.put_async
-    assert await s3.upload(info) == url  # the store's ETag matches the log: nothing is sent
+    assert (
+        await s3.upload(info)
+    ).location == url  # the store's ETag matches the log: nothing is sent
     assert moto_s3.keys(bucket) == [f"uav-1/{DATE}/{log.name}"]
 
 
@@ -320,7 +326,7 @@ async def test_write_only_keys_upload_checked_by_the_etag_of_the_answer(
     small = small_log(tmp_path / "out")
 
     for log in (small, big_log):
-        assert await s3.upload(info_of(log)) == s3.url(info_of(log))
+        assert (await s3.upload(info_of(log))).location == s3.url(info_of(log))
 
     assert moto_s3.keys("logs-write-only") == [
         f"uav-1/{DATE}/10_00_00.ulg",
@@ -414,7 +420,7 @@ async def test_server_killed_mid_upload_then_restarted_the_next_attempt_complete
     server.start()  # same port, and empty: moto keeps nothing
     server.create_bucket("logs")
 
-    assert await s3.upload(info) == f"s3://logs/{key}"
+    assert (await s3.upload(info)).location == f"s3://logs/{key}"
     assert server.keys("logs") == [key]
     assert sha256(server.get("logs", key)) == info.sha256
 

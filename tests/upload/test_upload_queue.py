@@ -255,7 +255,7 @@ async def test_the_upload_command_never_sees_the_mqtt_password(
     recorder = build_recorder(settings)
     target = recorder.shipper.target
     assert target is not None
-    assert await target.upload(info_of(log)) == f"done {log}"
+    assert (await target.upload(info_of(log))).location == f"done {log}"
     environment = json.loads(dump.read_text())
     assert "FLEET_MQTT_PASSWORD" not in environment
     assert environment["RCLONE_CONFIG_PASS"] == "the tool's own"  # noqa: S105 (a test value)

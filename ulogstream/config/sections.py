@@ -443,6 +443,15 @@ FlightReviewApi = Literal["plot_app", "api"]
 
 
 FlightReviewType = Literal["personal", "flightreport"]
+FLIGHT_REVIEW_RATINGS = (
+    "notset",
+    "crash_pilot",
+    "crash_sw_hw",
+    "unsatisfactory",
+    "good",
+    "great",
+)
+"""Flight Review v1's ratings (v2 rates 1-5: see the upload target's mapping)."""
 """A Flight Review upload's ``type``: personal (unlisted) or a flight report (public list)."""
 
 
@@ -460,10 +469,15 @@ class FlightReviewSettings:
         public: A flight report is listed publicly (``plot_app`` only).
         allow_for_analysis: Let the server's maintainers use the log for statistics.
         wind_speed: The flight report's wind category: -1 not set, 0 calm, 5 breeze, 8 gale,
-            10 storm.
+            10 storm (``api``: sent as ``calm``, ``breeze``, ``gale``, ``storm``).
         rating: The flight report's rating (``notset``, ``crash_pilot``, ``crash_sw_hw``,
-            ``unsatisfactory``, ``good``, ``great``).
+            ``unsatisfactory``, ``good``, ``great``; ``api``: sent as 1-5, or give 1-5).
         video_url: The flight report's video link ("": none).
+        feedback: A note to the server's maintainers ("": none).
+        pilot_name: ``api`` only: the pilot ("": none).
+        location_name: ``api`` only: where the flight was ("": none).
+        mission_type: ``api`` only: what the flight was for ("": none).
+        tags: ``api`` only: comma-separated tags ("": none).
     """
 
     url: str = "https://review.px4.io"
@@ -476,6 +490,11 @@ class FlightReviewSettings:
     wind_speed: int = -1
     rating: str = "notset"
     video_url: str = ""
+    feedback: str = ""
+    pilot_name: str = ""
+    location_name: str = ""
+    mission_type: str = ""
+    tags: str = ""
 
     def __post_init__(self) -> None:
         key = "upload.flight_review"
@@ -503,9 +522,10 @@ class FlightReviewSettings:
             f"{self.wind_speed}",
         )
         require(
-            bool(self.rating.strip()),
+            self.rating in FLIGHT_REVIEW_RATINGS or self.rating in {"1", "2", "3", "4", "5"},
             f"{key}.rating",
-            'must not be empty; "notset" leaves it unset',
+            f"must be one of {', '.join(FLIGHT_REVIEW_RATINGS)} or 1-5 (notset leaves it unset), "
+            f"not {self.rating!r}",
         )
         require(
             not self.video_url or self.video_url.startswith(("http://", "https://")),

@@ -58,7 +58,7 @@ from ulogstream.stream.packets import (
 from ulogstream.stream.router import AskIdentity, Contact, Impostor, NewVehicle, VehicleIgnored
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable, Coroutine, Mapping
 
     from ulogstream.adapters.transport import Transport
     from ulogstream.live.outbox import MqttMessage
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from ulogstream.recorder.decoding import Publisher
     from ulogstream.recorder.wiring import RecorderParts
     from ulogstream.upload.info import FinishedLogInfo
+    from ulogstream.upload.targets import Uploaded
 
 
 logger = logging.getLogger("ulogstream")
@@ -136,14 +137,19 @@ RECOVERED_HOW = "incomplete: recovered after an interrupted recording"
 
 def _announce(publisher: Publisher, info: FinishedLogInfo) -> None:
     """Publish ``{root}/{vehicle}/meta/log_finished`` (not retained: an event) for ``info``."""
+    _event(publisher, info.vehicle, "log_finished", info.as_json())
+
+
+def _event(publisher: Publisher, vehicle: str, name: str, value: Mapping[str, object]) -> None:
+    """Publish ``{root}/{vehicle}/meta/{name}``: JSON, QoS 1 at least, not retained."""
     from ulogstream.live.outbox import MqttMessage  # noqa: PLC0415 (numpy: MQTT only)
 
     choice = publisher.policy.settings
     publisher.offer(
         [
             MqttMessage(
-                f"{choice.root}/{info.vehicle}/meta/log_finished",
-                json.dumps(info.as_json(), separators=(",", ":")).encode(),
+                f"{choice.root}/{vehicle}/meta/{name}",
+                json.dumps(value, separators=(",", ":")).encode(),
                 qos=max(1, choice.qos),
                 content_type="application/json",
             )
@@ -220,6 +226,7 @@ class Recorder:
         self._group: asyncio.TaskGroup | None = None
         self._side_tasks: list[asyncio.Task[None]] = []
         self.shipper = parts.shipper
+        self.shipper.on_uploaded = self._uploaded
         self.foxglove = parts.foxglove
         """The Foxglove live view of the first vehicle (``[foxglove]``), or None."""
         self._codec = parts.codec()
@@ -472,6 +479,23 @@ class Recorder:
         publisher = self._publisher_for(vehicle)
         if publisher is not None:
             _announce(publisher, info)
+
+    def _uploaded(self, info: FinishedLogInfo, target: str, uploaded: Uploaded) -> None:
+        """Publish ``meta/log_uploaded``: where the log went (a dashboard links it from there)."""
+        if self.parts.publisher is None:
+            return
+        publisher = self._publisher_for(info.vehicle)
+        assert publisher is not None  # noqa: S101 (a broker is configured)
+        value: dict[str, object] = {
+            "path": str(info.path),
+            "name": info.path.name,
+            "sha256": info.sha256,
+            "target": target,
+            "location": uploaded.location,
+        }
+        if uploaded.delete_token is not None:
+            value["delete_token"] = uploaded.delete_token
+        _event(publisher, info.vehicle, "log_uploaded", value)
 
     def _file_event(self, system_id: int, event: FileEvent) -> None:
         self.vehicles[system_id].file_event(event)

@@ -49,6 +49,7 @@ from obstore.exceptions import InvalidPathError, PermissionDeniedError, Unauthen
 from obstore.store import S3Store
 
 from ulogstream.errors import ConfigError, UploadError, UploadRejectedError
+from ulogstream.upload.targets import Uploaded
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -336,7 +337,7 @@ class S3Target:
         """``s3://{bucket}/{key}`` of ``info``."""
         return f"s3://{self.bucket}/{self.key(info)}"
 
-    async def upload(self, info: FinishedLogInfo) -> str:
+    async def upload(self, info: FinishedLogInfo) -> Uploaded:
         """Upload ``info``'s log (unless its object is there already) and verify the object.
 
         Returns:
@@ -352,7 +353,7 @@ class S3Target:
             raise UploadRejectedError(msg)
         multipart = info.size > self._part_size
         if await self._present(info, multipart=multipart):
-            return url
+            return Uploaded(url)
         if multipart:
             await self._abort_incomplete(self.key(info))  # a killed recorder's parts
         try:
@@ -392,7 +393,7 @@ class S3Target:
         stored = await self._verify(info, url)
         etag = result["e_tag"] or (None if stored is None else stored.etag)
         self._check_etag(url, etag, digests.etags(multipart=multipart))
-        return url
+        return Uploaded(url)
 
     async def _chunks(
         self, file: BinaryIO, digests: _Digests, info: FinishedLogInfo

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from ulogstream.errors import UploadRejectedError
 from ulogstream.upload.info import FinishedLogInfo, describe
 from ulogstream.upload.journal import PendingUpload, UploadJournal
-from ulogstream.upload.targets import UploadTarget, make_target
+from ulogstream.upload.targets import Uploaded, UploadTarget, make_target
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
@@ -113,6 +113,9 @@ class LogShipper:
         """Why the last failed attempt failed."""
         self.locations: list[str] = []
         """Where the uploaded logs went (URL or key), in order; the newest 100."""
+        self.on_uploaded: Callable[[FinishedLogInfo, str, Uploaded], None] | None = None
+        """Told of each log uploaded: its description, the target's name and where it went
+        (the recorder announces it on ``meta/log_uploaded``)."""
         self.resumed = 0
         """Logs queued again from the journal at start-up."""
         self._armed_systems: set[int] = set()
@@ -373,7 +376,7 @@ class LogShipper:
                 return True
             started = time.monotonic()
             try:
-                location = await self._attempt(target, info)
+                uploaded = await self._attempt(target, info)
             except UploadRejectedError as err:
                 self.last_error = str(err)
                 self.failed += 1
@@ -389,15 +392,20 @@ class LogShipper:
             else:
                 elapsed = time.monotonic() - started
                 self.uploaded += 1
-                self.locations = [*self.locations[-99:], location]
+                self.locations = [*self.locations[-99:], uploaded.location]
                 logger.info(
-                    "uploaded %s (%d bytes) with %s in %.1f s: %s",
+                    "uploaded %s (%d bytes) with %s in %.1f s: %s%s",
                     info.path,
                     info.size,
                     target.name,
                     elapsed,
-                    location,
+                    uploaded.location,
+                    ""
+                    if uploaded.delete_token is None
+                    else f"; delete token {uploaded.delete_token} (keep it: it deletes the log)",
                 )
+                if self.on_uploaded is not None:
+                    self.on_uploaded(info, target.name, uploaded)
                 if settings.delete_after_upload:
                     await self._delete(info.path)
                 return True
@@ -429,7 +437,7 @@ class LogShipper:
             backoff = min(backoff * 2, MAX_BACKOFF_S)
         return True
 
-    async def _attempt(self, target: UploadTarget, info: FinishedLogInfo) -> str:
+    async def _attempt(self, target: UploadTarget, info: FinishedLogInfo) -> Uploaded:
         """One upload of ``info``; with ``only_when_disarmed``, only while disarmed.
 
         An upload that a vehicle's arming interrupts is started again once disarmed.

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -19,6 +20,19 @@ if TYPE_CHECKING:
     from ulogstream.upload.info import FinishedLogInfo
 
 
+@dataclass(frozen=True, slots=True)
+class Uploaded:
+    """Where an uploaded log went (the log line, ``meta/log_uploaded``).
+
+    Attributes:
+        location: A URL (the log's page, ``s3://bucket/key``) or what the command printed.
+        delete_token: Flight Review v2's token that deletes the log (None: none given).
+    """
+
+    location: str
+    delete_token: str | None = None
+
+
 class UploadTarget(Protocol):
     """Where finished logs go: one :meth:`upload` per log, retried by :class:`LogShipper`.
 
@@ -28,7 +42,7 @@ class UploadTarget(Protocol):
 
     name: str
 
-    async def upload(self, info: FinishedLogInfo) -> str:
+    async def upload(self, info: FinishedLogInfo) -> Uploaded:
         """Upload the log ``info`` describes; it may be cancelled at any await.
 
         Returns:
@@ -103,7 +117,7 @@ class CommandTarget:
         self._withheld_env = frozenset(withheld_env)
         self.name = Path(self._words[0]).name
 
-    async def upload(self, info: FinishedLogInfo) -> str:
+    async def upload(self, info: FinishedLogInfo) -> Uploaded:
         """Run the command once for ``info``.
 
         Returns:
@@ -153,4 +167,4 @@ class CommandTarget:
             said = f": {lines[-1][:200]}" if lines else ""
             msg = f"{argv[0]} exited with {process.returncode}{said}"
             raise UploadError(msg)
-        return lines[-1][:200] if lines else self.name
+        return Uploaded(lines[-1][:200] if lines else self.name)
