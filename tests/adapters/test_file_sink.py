@@ -304,14 +304,18 @@ def test_max_logs_deletes_the_oldest_recorded_logs_only(tmp_path: Path) -> None:
     middle = recorded_log(tmp_path, age_s=2 * DAY)
     newest = recorded_log(tmp_path, age_s=2 * DAY - 60)
     leftover = interrupted_log(tmp_path, sample_log())
+    indexes = [log.with_name(log.name + ".json") for log in (oldest, newest)]
+    for index in indexes:  # the flight index (upload.sidecar) goes with its log
+        index.write_text("{}")
     sink = UlgFileSink(tmp_path, min_free_mb=0, max_logs=2)
 
     started = sink.start_log(now_utc=START)
 
     assert started.deleted == (oldest, middle)
     assert newest.exists()
+    assert [index.exists() for index in indexes] == [False, True]
     assert leftover.exists()  # .part files are recovery's business, never rotation's
-    assert not oldest.parent.exists()  # the emptied day directory is removed
+    assert not oldest.parent.exists()  # the emptied day directory is removed, index and all
     assert middle.parent.exists()
 
 

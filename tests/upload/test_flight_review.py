@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -294,6 +295,9 @@ async def test_v2_gets_every_field_it_reads_and_a_log_it_cannot_convert_is_not_r
     }
     ((log_id, token),) = server.tokens.items()
     assert uploaded == [(f"{server.url}/log/{log_id}", token)]
+    # the delete token is kept next to the log, in its flight index
+    index = json.loads(log.with_name(log.name + ".json").read_text())
+    assert [(u["location"], u["delete_token"]) for u in index["uploads"]] == uploaded
     assert second.status == 500  # conversion error: once, not five times
     assert (shipper.uploaded, shipper.failed) == (1, 1)
     assert shipper.last_error is not None

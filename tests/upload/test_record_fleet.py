@@ -125,6 +125,15 @@ async def test_a_finished_log_is_announced_and_uploaded_by_the_command(
     }
     said = f"'{log}' -> '{copy}'"  # what the command printed last (install -v), 200 at most
     assert location == said[:200]
+    # The flight index: in the announcement and in the sidecar, with where the log went.
+    summary = event["flight"]
+    assert isinstance(summary, dict)
+    assert 2.0 <= float(str(summary["duration_s"])) < 3.0  # from the header to the last data
+    assert summary["firmware"] == "v1.15.2"
+    sidecar = json.loads(log.with_name(log.name + ".json").read_text())
+    assert sidecar["flight"] == summary
+    assert sidecar["sha256"] == event["sha256"]
+    assert [(u["target"], u["location"]) for u in sidecar["uploads"]] == [("install", location)]
 
 
 @pytest.mark.asyncio

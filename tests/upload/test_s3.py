@@ -32,6 +32,7 @@ from support.waiting import POLL_INTERVAL, WAIT_LIMIT, eventually, holds_for, ru
 from ulogstream.config.loader import COMMAND_LINE, load_settings
 from ulogstream.config.sections import S3Settings, UploadSettings
 from ulogstream.errors import ConfigError, UploadError, UploadRejectedError
+from ulogstream.upload.info import describe
 from ulogstream.upload.s3 import (
     S3Credentials,
     S3Target,
@@ -232,6 +233,26 @@ async def test_a_generated_log_lands_at_its_key_with_an_equal_sha256(
     headers = moto_s3.head("logs-small", key)
     assert headers["x-amz-meta-sha256"] == info.sha256
     assert headers["etag"].strip('"') == hashlib.md5(stored, usedforsecurity=False).hexdigest()
+
+
+@pytest.mark.asyncio
+async def test_the_object_carries_the_flight_summarys_headline_as_metadata(
+    moto_s3: MotoS3, tmp_path: Path
+) -> None:
+    moto_s3.create_bucket("logs-indexed")
+    log = small_log(tmp_path / "out")
+    info = await asyncio.to_thread(describe, log, log.stat().st_size, vehicle="uav-1", how="ok")
+    assert info.flight is not None
+    s3 = target(moto_s3, "logs-indexed")
+
+    await s3.upload(info)
+
+    headers = moto_s3.head("logs-indexed", s3.key(info))
+    assert headers["x-amz-meta-flight-duration-s"] == str(info.flight["duration_s"])
+    assert headers["x-amz-meta-flight-firmware"] == "v1.15.2"
+    assert headers["x-amz-meta-flight-vehicle-type"] == "rotary wing"
+    assert headers["x-amz-meta-flight-max-altitude-m"] == str(info.flight["max_altitude_m"])
+    assert "x-amz-meta-flight-takeoff-time" not in headers  # not in this log: not made up
 
 
 @pytest.mark.asyncio

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -260,3 +261,14 @@ async def test_the_upload_command_never_sees_the_mqtt_password(
     assert "FLEET_MQTT_PASSWORD" not in environment
     assert environment["RCLONE_CONFIG_PASS"] == "the tool's own"  # noqa: S105 (a test value)
     assert environment["PATH"] == os.environ["PATH"]
+
+
+def test_a_journal_entry_keeps_the_flight_summary(tmp_path: Path) -> None:
+    log = tmp_path / "2026-11-25" / "12_34_56.ulg"
+    flight: dict[str, str | int | float | None] = {"duration_s": 61.5, "firmware": "v1.15.2"}
+    info = replace(info_of(log), flight={**flight, "takeoff_time": None})
+    journal = UploadJournal(tmp_path / "queue")
+    journal.write(PendingUpload(info, attempts=1))
+
+    (pending,) = journal.pending()
+    assert pending.info == info

@@ -32,6 +32,8 @@ import stat
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ulogstream.config.values import FLIGHT_INDEX_SUFFIX
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
     from pathlib import Path
@@ -194,6 +196,8 @@ class Logbook:
                     self._append_locked({"event": "gone", "path": entry.path})
                     return None
                 os.unlink(name, dir_fd=descriptor)
+                with contextlib.suppress(OSError):  # its flight index (upload.sidecar) goes too
+                    os.unlink(name + FLIGHT_INDEX_SUFFIX, dir_fd=descriptor)
                 with contextlib.suppress(OSError):
                     os.fsync(descriptor)
         except FileNotFoundError:

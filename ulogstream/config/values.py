@@ -70,6 +70,10 @@ CLIENT_ID_PLACEHOLDERS = ("hostname", "link", "vehicle")
 """What ``mqtt.client_id`` may name: host name, link and the (filled-in) vehicle id."""
 
 
+FLIGHT_INDEX_SUFFIX = ".json"
+"""A finished log's flight index (``upload.sidecar``) is its file name with this appended
+(``12_34_56.ulg.json``); rotation deletes it with its log."""
+
 DEFAULT_CLIENT_ID = "ulogstream-{vehicle}"
 """The MQTT client id unless configured: stable across restarts, unique per vehicle id."""
 

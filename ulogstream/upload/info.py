@@ -23,6 +23,8 @@ from ulogstream.ulog.spec import (
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ulogstream.ulog.flight import FlightJson
+
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ class FinishedLogInfo:
         vehicle: The vehicle id it was recorded for.
         complete: Whether the log ended with the vehicle's end of stream.
         how: How it ended, in words.
+        flight: The flight's summary (:class:`~ulogstream.ulog.flight.FlightSummary` as JSON),
+            None when the log could not be read for it.
     """
 
     path: Path
@@ -64,8 +68,9 @@ class FinishedLogInfo:
     vehicle: str
     complete: bool
     how: str
+    flight: FlightJson | None = None
 
-    def as_json(self) -> dict[str, str | int | bool | None]:
+    def as_json(self) -> dict[str, str | int | bool | FlightJson | None]:
         """The announcement's JSON object."""
         return {
             "path": str(self.path),
@@ -77,6 +82,7 @@ class FinishedLogInfo:
             "vehicle": self.vehicle,
             "complete": self.complete,
             "how": self.how,
+            "flight": self.flight,
         }
 
 
@@ -171,6 +177,13 @@ def describe(path: Path, size: int, *, vehicle: str, how: str) -> FinishedLogInf
         if not _DATE.match(date):
             date = datetime.now(UTC).strftime("%Y-%m-%d")
     sys_uuid = read_sys_uuid(path)
+    from ulogstream.ulog.flight import summarize_flight  # noqa: PLC0415 (numpy: at a log's end, in a thread)
+
+    flight = None
+    try:
+        flight = summarize_flight(path).as_json()
+    except (OSError, ULogFormatError) as err:
+        logger.warning("cannot summarize the flight in %s: %s", path, err)
     return FinishedLogInfo(
         path=path,
         size=size,
@@ -181,4 +194,5 @@ def describe(path: Path, size: int, *, vehicle: str, how: str) -> FinishedLogInf
         vehicle=vehicle,
         complete=how.startswith("complete"),
         how=how,
+        flight=flight,
     )

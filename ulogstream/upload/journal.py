@@ -10,8 +10,12 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ulogstream.upload.info import FinishedLogInfo
+
+if TYPE_CHECKING:
+    from ulogstream.ulog.flight import FlightJson
 
 logger = logging.getLogger(__name__)
 
@@ -136,8 +140,20 @@ def _pending_from(record: dict[str, object]) -> PendingUpload:
         vehicle=text("vehicle"),
         complete=record.get("complete") is True,
         how=text("how"),
+        flight=_flight(record.get("flight")),
     )
     return PendingUpload(info, attempts)
+
+
+def _flight(value: object) -> FlightJson | None:
+    """An entry's flight summary, None when it has none (or an older entry has another)."""
+    if not isinstance(value, dict):
+        return None
+    return {
+        str(key): item
+        for key, item in value.items()
+        if item is None or isinstance(item, str | int | float)
+    }
 
 
 def _sync_folder(folder: Path) -> None:

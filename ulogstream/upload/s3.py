@@ -76,6 +76,21 @@ the caller's (with its backoff)."""
 
 SHA256_METADATA = "sha256"
 """User metadata (``x-amz-meta-sha256``) holding the log's SHA-256 in hex."""
+FLIGHT_METADATA = (
+    "start_time",
+    "duration_s",
+    "armed_s",
+    "takeoff_time",
+    "max_altitude_m",
+    "distance_m",
+    "min_battery_v",
+    "warnings",
+    "errors",
+    "vehicle_type",
+    "firmware",
+)
+"""The flight summary's fields an object carries as ``x-amz-meta-flight-*`` (S3 allows 2 KB of
+user metadata; the whole summary is in the log's sidecar)."""
 
 _MB = 1 << 20
 _STATUS = re.compile(r"status code: (\d{3})")
@@ -370,7 +385,7 @@ class S3Target:
                 self._store,
                 self.key(info),
                 self._chunks(file, digests, info),
-                attributes={SHA256_METADATA: info.sha256},
+                attributes={SHA256_METADATA: info.sha256, **flight_metadata(info)},
                 use_multipart=multipart,
                 chunk_size=self._part_size,
                 max_concurrency=PARTS_AT_ONCE,
@@ -636,6 +651,16 @@ def sigv4_headers(
         f"SignedHeaders={signed}, Signature={signature}"
     )
     return headers
+
+
+def flight_metadata(info: FinishedLogInfo) -> dict[str, str]:
+    """The flight summary's headline numbers as object metadata (``x-amz-meta-flight-*``)."""
+    flight = info.flight or {}
+    return {
+        f"flight-{name.replace('_', '-')}": str(value)
+        for name in FLIGHT_METADATA
+        if (value := flight.get(name)) is not None
+    }
 
 
 def _etag_matches(etag: str | None, expected: frozenset[str]) -> bool:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from ulogstream.errors import UploadRejectedError
 from ulogstream.upload.info import FinishedLogInfo, describe
 from ulogstream.upload.journal import PendingUpload, UploadJournal
+from ulogstream.upload.sidecar import add_upload, write_sidecar
 from ulogstream.upload.targets import Uploaded, UploadTarget, make_target
 
 if TYPE_CHECKING:
@@ -292,6 +293,7 @@ class LogShipper:
                     vehicle=item.vehicle,
                     how=item.how,
                 )
+                await asyncio.to_thread(write_sidecar, info)
                 if item.on_described is not None:
                     await asyncio.to_thread(item.on_described, info)
                 if item.announce is not None:
@@ -404,6 +406,7 @@ class LogShipper:
                     if uploaded.delete_token is None
                     else f"; delete token {uploaded.delete_token} (keep it: it deletes the log)",
                 )
+                await asyncio.to_thread(add_upload, info, target.name, uploaded)
                 if self.on_uploaded is not None:
                     self.on_uploaded(info, target.name, uploaded)
                 if settings.delete_after_upload:
