@@ -16,10 +16,19 @@ from support.shared_data import shared_ulg
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.sim.flightlog import UTC_AT_START_US, generate_flight_log
-from ulogstream.ulog.flight import summarize_flight
+from ulogstream.ulog.flight import FlightSummarizer, FlightSummary
+from ulogstream.upload.info import describe
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+
+def summarize_flight(path: Path, chunk: int = 1 << 20) -> FlightSummary:
+    summarizer = FlightSummarizer()
+    data = path.read_bytes()
+    for start in range(0, len(data), chunk):
+        summarizer.feed(data[start : start + chunk])
+    return summarizer.summary()
 
 
 def test_a_generated_flight_is_summarized_as_it_was_flown(tmp_path: Path) -> None:
@@ -120,8 +129,28 @@ def test_real_logs_are_summarized_as_pyulog_reads_them(name: str) -> None:
     )
 
 
-def test_a_file_that_is_no_ulog_is_one_clear_error(tmp_path: Path) -> None:
-    path = tmp_path / "notes.ulg"
+def test_any_chunking_gives_the_same_summary(tmp_path: Path) -> None:
+    path = tmp_path / "flight.ulg"
+    generate_flight_log(path, duration_s=20.0, seed=5)
+    whole = summarize_flight(path, chunk=1 << 30)
+    for chunk in (1, 7, 4093):
+        assert summarize_flight(path, chunk) == whole
+
+
+def test_a_cut_log_is_summarized_up_to_its_cut_and_no_ulog_is_one_clear_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "flight.ulg"
+    generate_flight_log(path, duration_s=20.0, seed=5)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] + b"\xff" * 100)  # cut, then garbage
+    half = summarize_flight(path)
+    assert half.duration_s is not None
+    assert 5.0 < half.duration_s < 15.0
+
     path.write_bytes(b"these are not the logs you are looking for" * 10)
     with pytest.raises(ULogFormatError):
         summarize_flight(path)
+    info = describe(path, path.stat().st_size, vehicle="v", how="complete")
+    assert info.sha256 is not None  # the checksum is taken all the same
+    assert info.flight is None

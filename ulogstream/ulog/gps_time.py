@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
     import numpy.typing as npt
 
 GPS_UTC_TOPICS: Final = frozenset({"vehicle_gps_position", "sensor_gps"})
@@ -40,6 +39,8 @@ def first_gps_fix(
     """
     if rows.dtype.names is None or GPS_UTC_FIELD not in rows.dtype.names:
         return None
+    import numpy as np  # noqa: PLC0415 (the flight index uses this module's constants without numpy)
+
     utc = rows[GPS_UTC_FIELD].astype(np.uint64)
     valid = np.flatnonzero(utc >= MIN_PLAUSIBLE_UTC_US)
     if valid.size == 0:

@@ -159,10 +159,36 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def checksum_and_flight(path: Path) -> tuple[str, FlightJson | None]:
+    """The SHA-256 of the log at ``path`` and its flight summary, in one read (blocking).
+
+    The summary is None when the file is no ULog log (its checksum is still taken).
+
+    Raises:
+        OSError: The file cannot be read.
+    """
+    from ulogstream.ulog.flight import FlightSummarizer  # noqa: PLC0415 (only at a log's end)
+
+    digest = hashlib.sha256()
+    summarizer: FlightSummarizer | None = FlightSummarizer()
+    with path.open("rb") as file:
+        while chunk := file.read(_HASH_CHUNK):
+            digest.update(chunk)
+            if summarizer is not None:
+                try:
+                    summarizer.feed(chunk)
+                except ULogFormatError as err:
+                    logger.warning("no flight summary of %s: %s", path, err)
+                    summarizer = None
+    flight = None if summarizer is None else summarizer.summary().as_json()
+    return digest.hexdigest(), flight
+
+
 def describe(path: Path, size: int, *, vehicle: str, how: str) -> FinishedLogInfo:
-    """Describe a finished log (blocking: reads the whole file for the checksum)."""
+    """Describe a finished log (blocking: reads the whole file for the checksum and summary)."""
+    flight = None
     try:
-        sha256: str | None = sha256_of(path)
+        sha256, flight = checksum_and_flight(path)
     except OSError as err:
         logger.warning("cannot read %s for its checksum: %s", path, err.strerror)
         sha256 = None
@@ -177,13 +203,6 @@ def describe(path: Path, size: int, *, vehicle: str, how: str) -> FinishedLogInf
         if not _DATE.match(date):
             date = datetime.now(UTC).strftime("%Y-%m-%d")
     sys_uuid = read_sys_uuid(path)
-    from ulogstream.ulog.flight import summarize_flight  # noqa: PLC0415 (numpy: at a log's end, in a thread)
-
-    flight = None
-    try:
-        flight = summarize_flight(path).as_json()
-    except (OSError, ULogFormatError) as err:
-        logger.warning("cannot summarize the flight in %s: %s", path, err)
     return FinishedLogInfo(
         path=path,
         size=size,
