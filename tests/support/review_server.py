@@ -64,6 +64,9 @@ class ReviewServer:
     """``plot_app``: seconds spent parsing a stored log before answering (real: 2.6-7 s)."""
     max_body: int | None = None
     """A body larger than this gets 413 from its headers alone (nginx's client_max_body_size)."""
+    body_limit: int | None = None
+    """A body larger than this gets Tornado's answer to its ``max_body_size``: ``400 Bad
+    Request`` from the headers alone, then the connection is closed unread (a reset)."""
     received: list[Upload] = field(default_factory=list)
     """Every request read, with the status it got."""
     stored: dict[str, bytes] = field(default_factory=dict)
@@ -106,6 +109,13 @@ class ReviewServer:
                 for name, _, value in (line.partition(":") for line in header_lines if line)
             }
             length = int(headers.get("content-length", "0"))
+            if self.body_limit is not None and length > self.body_limit:
+                self.received.append(Upload(path, status=400))
+                with contextlib.suppress(ConnectionError):
+                    writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                    await writer.drain()
+                writer.transport.abort()  # unread body: the peer sees a reset
+                return
             if self.max_body is not None and length > self.max_body:
                 self.received.append(Upload(path, status=413))
                 await self._reply(writer, 413, {}, b"<html>413 Request Entity Too Large</html>")
