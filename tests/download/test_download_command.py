@@ -189,6 +189,7 @@ async def test_backfill_puts_a_lossy_recordings_gaps_back_byte_for_byte(tmp_path
     assert recording.read_bytes() == flight.data
     assert "gaps put back from SD log 0" in fill.stdout()
     assert "still missing" not in fill.stdout()
+    assert "the flight's log is 100.0% complete\n" in fill.stdout()
     assert not list(recording.parent.glob("*.backfill"))
 
 
@@ -238,6 +239,7 @@ async def test_record_while_armed_completes_each_flight_from_the_sd_card(
         assert recording.read_bytes() == flight.data
         assert "backfilled" in record.stdout()
         assert "gap(s) from SD log 0 (" in record.stderr()
+        assert "the flight's log is 100.0% complete" in record.stderr()
         streamed, backfilled = (
             int(n)
             for n in re.search(

@@ -15,8 +15,10 @@ from pyulog import ULog
 from support.shared_data import shared_ulg
 
 from ulogstream.errors import ULogFormatError
+from ulogstream.recorder.backfill import completeness
 from ulogstream.sim.flightlog import UTC_AT_START_US, generate_flight_log
 from ulogstream.ulog.flight import FlightSummarizer, FlightSummary
+from ulogstream.ulog.spec import encode_dropout
 from ulogstream.upload.info import describe
 
 if TYPE_CHECKING:
@@ -154,3 +156,17 @@ def test_a_cut_log_is_summarized_up_to_its_cut_and_no_ulog_is_one_clear_error(
     info = describe(path, path.stat().st_size, vehicle="v", how="complete")
     assert info.sha256 is not None  # the checksum is taken all the same
     assert info.flight is None
+
+
+def test_the_dropouts_left_in_a_log_say_how_complete_its_flight_is(tmp_path: Path) -> None:
+    path = tmp_path / "2026-11-25" / "12_34_56.ulg"
+    path.parent.mkdir()
+    generate_flight_log(path, duration_s=20.0, seed=5)
+    assert completeness(path).startswith("the flight's log is 100.0% complete")
+    with path.open("ab") as file:  # two dropouts the backfill could not fill: 2.5 s in all
+        file.write(encode_dropout(2000) + encode_dropout(500))
+    summary = summarize_flight(path)
+    assert summary.dropout_s == 2.5
+    assert summary.duration_s is not None
+    share = 1 - 2.5 / summary.duration_s
+    assert completeness(path) == f"the flight's log is {share:.1%} complete, 2.5 s still missing"

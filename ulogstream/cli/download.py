@@ -15,7 +15,7 @@ from ulogstream.cli.live import run_quietly
 from ulogstream.cli.terminal import EXIT_ERROR, CliError, fit_line, plural, terminal_width
 from ulogstream.config.loader import load_settings
 from ulogstream.download.backfill import BackfillError, merge_recordings
-from ulogstream.recorder.backfill import BackfillOutcome, backfill_recording
+from ulogstream.recorder.backfill import BackfillOutcome, backfill_recording, completeness
 from ulogstream.recorder.download import LogDownloader, log_path
 from ulogstream.recorder.wiring import LinkParts, link_parts
 from ulogstream.ulog.spec import MAGIC
@@ -293,12 +293,13 @@ def run_backfill(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     outcome = run_quietly(main())
-    sys.stdout.write(backfill_text(path, outcome, time.monotonic() - started))
+    complete = completeness(path) if outcome.entry is not None else ""
+    sys.stdout.write(backfill_text(path, outcome, time.monotonic() - started, complete))
     return 0 if outcome.entry is not None else EXIT_ERROR
 
 
-def backfill_text(path: Path, outcome: BackfillOutcome, seconds: float) -> str:
-    """What a backfill put back, from where, and what it could not."""
+def backfill_text(path: Path, outcome: BackfillOutcome, seconds: float, complete: str = "") -> str:
+    """What a backfill put back, from where, what it could not, and how ``complete`` it is."""
     result = outcome.result
     read = f"{outcome.fetched / 1e6:.2f} MB read over the link in {seconds:.1f} s"
     if outcome.entry is None:
@@ -331,4 +332,6 @@ def backfill_text(path: Path, outcome: BackfillOutcome, seconds: float) -> str:
         lines.append(f"  still missing: {len(result.unfilled) - len(shown)} more")
     if outcome.budget_reached:
         lines.append("  the byte budget (--max-mb) ran out: run again with a larger one")
+    if complete:
+        lines.append(f"  {complete}")
     return "".join(f"{line}\n" for line in lines)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from ulogstream.adapters.download_file import write_patched
 from ulogstream.download.backfill import BackfillError, BackfillResult, backfill, plan_backfill
+from ulogstream.upload.info import checksum_and_flight
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -167,3 +168,26 @@ async def _drive(
     except StopIteration as done:
         result: BackfillResult = done.value
         return result
+
+
+def completeness(path: Path) -> str:
+    """How much of its flight the log at ``path`` holds: its time less the dropouts left.
+
+    Returns:
+        ``the flight's log is 99.2 % complete, 3.1 s still missing``; "" when it cannot be
+        read or has no time span (blocking: it reads the file).
+    """
+    try:
+        _, flight = checksum_and_flight(path)
+    except OSError:
+        return ""
+    duration, missing = (flight or {}).get("duration_s"), (flight or {}).get("dropout_s")
+    if (
+        not isinstance(duration, float | int)
+        or not isinstance(missing, float | int)
+        or not duration
+    ):
+        return ""
+    share = max(0.0, 1.0 - missing / duration)
+    left = f", {missing:.1f} s still missing" if missing else ""
+    return f"the flight's log is {share:.1%} complete{left}"

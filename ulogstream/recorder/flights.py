@@ -26,7 +26,7 @@ from ulogstream.adapters.download_file import merge_into
 from ulogstream.adapters.logbook import Logbook
 from ulogstream.download.backfill import merge_recordings
 from ulogstream.errors import UlogstreamError
-from ulogstream.recorder.backfill import backfill_recording
+from ulogstream.recorder.backfill import backfill_recording, completeness
 from ulogstream.recorder.download import LogDownloader
 
 if TYPE_CHECKING:
@@ -256,6 +256,9 @@ class FlightBackfill:
             upload_pending=self._uploads,
         )
         note = _note(outcome)
+        if outcome.entry is not None:
+            complete = await asyncio.to_thread(completeness, first)
+            note += f"; {complete}" if complete else ""
         self.notes.append((first, note))
         logger.info("%s: %s (%.1f s)", first.name, note, time.monotonic() - started)
         flights, rows, read = self._counts.get(system_id, (0, 0, 0))

@@ -84,6 +84,7 @@ class FlightSummary:
         min_battery_remaining: Lowest remaining charge, 0-1.
         warnings: Logged strings at warning level.
         errors: Logged strings at error level or worse.
+        dropout_s: Time the log marks as lost (its dropout messages): what is still missing.
         home_lat: Home latitude in degrees.
         home_lon: Home longitude in degrees.
         home_alt_m: Home altitude (AMSL) in metres.
@@ -105,6 +106,7 @@ class FlightSummary:
     min_battery_remaining: float | None = None
     warnings: int = 0
     errors: int = 0
+    dropout_s: float = 0.0
     home_lat: float | None = None
     home_lon: float | None = None
     home_alt_m: float | None = None
@@ -185,6 +187,7 @@ class FlightSummarizer:
         self.last_us = 0
         self.warnings = 0
         self.errors = 0
+        self.dropout_ms = 0
         self._pending = b""
         self._header = True
         self._damaged = False
@@ -271,6 +274,8 @@ class FlightSummarizer:
                 return False
             multi_id, msg_id = _unpack_subscription(payload, 0)
             self._subscribe(msg_id, multi_id, bytes(payload[3:]).decode(errors="replace"))
+        elif kind == MessageType.DROPOUT and len(payload) >= 2:  # noqa: PLR2004
+            self.dropout_ms += payload[0] | payload[1] << 8
         elif kind == MessageType.INFO:
             self._info(bytes(payload))
         elif (kind == MessageType.LOGGING and len(payload) >= 9) or (  # noqa: PLR2004
@@ -367,6 +372,7 @@ def _summary(walk: FlightSummarizer) -> FlightSummary:
         min_battery_remaining=battery[1],
         warnings=walk.warnings,
         errors=walk.errors,
+        dropout_s=walk.dropout_ms / 1000,
         home_lat=home[0],
         home_lon=home[1],
         home_alt_m=home[2],
