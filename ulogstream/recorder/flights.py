@@ -83,6 +83,10 @@ class FlightBackfill:
         self._codec = codec
         self._uploads = uploads
         self._held: dict[int, list[HeldLog]] = {}
+        self._paused: dict[int, list[list[HeldLog]]] = {}
+        """Per vehicle: flights whose backfill its arming paused, completed after its next
+        flight (never while armed)."""
+        self._rearmed: set[int] = set()
         self._over: asyncio.Queue[int] = asyncio.Queue()
         self._armed: dict[int, bool] = {}
         self._downloader: LogDownloader | None = None
@@ -138,11 +142,15 @@ class FlightBackfill:
             self._over.put_nowait(system_id)
 
     def set_armed(self, system_id: int, *, armed: bool) -> None:
-        """The vehicle's HEARTBEAT: arming again cancels its backfill (never while armed)."""
+        """The vehicle's HEARTBEAT: arming again pauses its backfill (never while armed)."""
         was = self._armed.get(system_id, False)
         self._armed[system_id] = armed
         if armed and not was and self._task is not None and self._completing == system_id:
-            logger.info("vehicle sysid %d armed again: its backfill stops", system_id)
+            logger.info(
+                "vehicle sysid %d armed again: its backfill pauses until the next flight is over",
+                system_id,
+            )
+            self._rearmed.add(system_id)
             self._task.cancel()
 
     async def run(self) -> None:
@@ -170,31 +178,48 @@ class FlightBackfill:
         await self._idle.wait()
 
     def release(self) -> None:
-        """Hand on every recording still held as it is (the recorder stops)."""
+        """Hand on every recording still held or paused as it is (the recorder stops)."""
+        for system_id, flights in self._paused.items():
+            for held in flights:
+                self._hand_on_as_is(system_id, held)
+        self._paused.clear()
         for system_id, held in self._held.items():
             for log in held:
                 self._hand_on(system_id, log.finished, log.how)
         self._held.clear()
 
     async def _complete(self, system_id: int) -> None:
-        held = self._held.pop(system_id, [])
-        if not held:
-            return
-        if self._armed.get(system_id, False):
-            logger.info(
-                "vehicle sysid %d is armed: its flight's log is not backfilled (ulogstream "
-                "backfill can complete it later)",
-                system_id,
-            )
-            self._hand_on_all(system_id, held)
-            return
+        """Complete the flights of ``system_id`` that are over: any paused one, then the last."""
+        flights = self._paused.pop(system_id, [])
+        if held := self._held.pop(system_id, []):
+            flights.append(held)
+        while flights:
+            held = flights.pop(0)
+            if self._armed.get(system_id, False):  # never while armed: after the next flight
+                logger.info(
+                    "vehicle sysid %d is armed: the backfill of %s waits for the next flight's end",
+                    system_id,
+                    held[0].finished.path.name,
+                )
+                self._paused.setdefault(system_id, []).extend([held, *flights])
+                return
+            try:
+                await self._complete_flight(system_id, held)
+            except asyncio.CancelledError:
+                if system_id not in self._rearmed:
+                    self._hand_on_as_is(system_id, held)  # stopping: what is on disk goes on
+                    for rest in flights:
+                        self._hand_on_as_is(system_id, rest)
+                    raise
+                self._rearmed.discard(system_id)
+                self._paused.setdefault(system_id, []).extend([_on_disk(held), *flights])
+                raise
+
+    async def _complete_flight(self, system_id: int, held: list[HeldLog]) -> None:
         first = held[0]
         how = held[-1].how  # how the flight's last recording ended
         try:
             size, note = await self._backfill(system_id, [log.finished.path for log in held])
-        except asyncio.CancelledError:
-            self._hand_on_as_is(system_id, held)
-            raise
         except (UlogstreamError, OSError) as err:
             logger.warning(
                 "backfill of %s failed: %s; the recording is kept as it is",
@@ -210,13 +235,8 @@ class FlightBackfill:
             self._hand_on(system_id, log.finished, log.how)
 
     def _hand_on_as_is(self, system_id: int, held: list[HeldLog]) -> None:
-        """A backfill cut short (armed again, failed): what is on disk goes on, merged or not."""
-        first = held[0].finished
-        if all(log.finished.path.exists() for log in held):
-            self._hand_on_all(system_id, held)
-        else:  # merged into the first: the others are gone
-            size = first.path.stat().st_size
-            self._hand_on(system_id, replace(first, size=size), held[-1].how)
+        """A backfill cut short (stopping, failed): what is on disk goes on, merged or not."""
+        self._hand_on_all(system_id, _on_disk(held))
 
     async def _backfill(self, system_id: int, paths: list[Path]) -> tuple[int, str]:
         """Merge and backfill ``paths``; the first one's new size and what was done."""
@@ -294,3 +314,12 @@ def _note(outcome: BackfillOutcome) -> str:
     if outcome.budget_reached:
         done += "; the backfill budget ran out"
     return done
+
+
+def _on_disk(held: list[HeldLog]) -> list[HeldLog]:
+    """A flight's recordings as they are on disk: merged into the first once the merge ran."""
+    if all(log.finished.path.exists() for log in held):
+        return held
+    first = held[0].finished
+    size = first.path.stat().st_size
+    return [HeldLog(replace(first, size=size), held[-1].how)]
