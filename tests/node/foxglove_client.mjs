@@ -50,8 +50,9 @@ function emit(obj) {
 client.on("open", () => emit({ kind: "open" }));
 client.on("error", (err) => process.stderr.write(`client error: ${err}\n`));
 client.on("close", () => {
-  emit({ kind: "close" });
-  process.exit(0);
+  // stdout is a pipe, written asynchronously on POSIX: exit only once every line is out (an
+  // exit at once drops the lines still queued, the close among them, when the reader lags).
+  process.stdout.write(JSON.stringify({ kind: "close" }) + "\n", () => process.exit(0));
 });
 client.on("advertise", (channels) => {
   for (const channel of channels) {

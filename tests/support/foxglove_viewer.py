@@ -67,7 +67,12 @@ class Viewer:
             try:
                 self.lines.append(json.loads(line))
             except json.JSONDecodeError:
-                assert self.process.poll() is not None, line  # only a killed viewer's last line
+                # Only a killed viewer's last line may be cut; its pipe closes as it exits, so
+                # its exit status may take a moment to be there.
+                try:
+                    self.process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    raise AssertionError(line) from None
                 return
 
     def of_kind(self, kind: str) -> list[dict[str, object]]:
