@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.ulog.dtypes import compile_format, parse_format
+from ulogstream.ulog.events import FieldDefinition
 from ulogstream.ulog.gps_time import GPS_UTC_FIELD, GPS_UTC_TOPICS, MIN_PLAUSIBLE_UTC_US
 from ulogstream.ulog.spec import HEADER_SIZE, MAGIC, MESSAGE_HEADER_SIZE, MessageType
 
@@ -303,6 +304,11 @@ class FlightSummarizer:
             self.info[key] = int.from_bytes(value[:4], "little")
 
     def _subscribe(self, msg_id: int, multi_id: int, name: str) -> None:
+        wanted = FIELDS.get(name, ()) if multi_id == 0 else ()
+        defined = self.formats.get(name)
+        if not wanted and defined is not None and defined.fields[:1] == (_LEADING_TIMESTAMP,):
+            self.subscriptions[msg_id] = (0, None)  # PX4's layout: nothing to compile
+            return
         try:
             compiled = compile_format(name, self.formats)
         except ULogFormatError:
@@ -310,7 +316,6 @@ class FlightSummarizer:
             return
         stamp = compiled.timestamp
         offset = stamp.offset if stamp is not None and stamp.type_name == "uint64_t" else -1
-        wanted = FIELDS.get(name, ()) if multi_id == 0 else ()
         fields = [
             (at, code, field)
             for field, kind, at in zip(
@@ -335,6 +340,8 @@ class FlightSummarizer:
 
 
 _KNOWN_TYPES: Final = frozenset(int(kind) for kind in MessageType)
+_LEADING_TIMESTAMP: Final = FieldDefinition("uint64_t", None, "timestamp")
+"""The first field of every PX4 topic: its rows' timestamps are at offset 0."""
 
 
 def _summary(walk: FlightSummarizer) -> FlightSummary:
