@@ -39,7 +39,7 @@ class Flights:
             codec=lambda: None,  # type: ignore[arg-type,return-value]
             uploads=False,
         )
-        self.flights._backfill = self._backfill  # type: ignore[method-assign,assignment]
+        self.flights._backfill = self._backfill  # type: ignore[method-assign]
         self.tmp_path = tmp_path
 
     async def _backfill(self, system_id: int, paths: list[Path]) -> tuple[int, str]:
