@@ -12,7 +12,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
-from support.waiting import eventually
+from support.waiting import eventually, running
 
 from ulogstream.adapters.file_sink import FinishedLog
 from ulogstream.recorder.flights import FlightBackfill
@@ -60,8 +60,7 @@ async def test_arming_again_pauses_the_backfill_which_resumes_after_the_next_fli
     tmp_path: Path,
 ) -> None:
     test = Flights(tmp_path)
-    runner = asyncio.create_task(test.flights.run())
-    try:
+    async with running(test.flights.run()):
         test.flight_over("first.ulg")
         await eventually(lambda: test.started == ["first.ulg"], what="the first backfill")
 
@@ -73,8 +72,6 @@ async def test_arming_again_pauses_the_backfill_which_resumes_after_the_next_fli
         test.go.set()
         test.flight_over("second.ulg")
         await asyncio.wait_for(test.flights.drain(), 5)
-    finally:
-        runner.cancel()
     assert test.started == ["first.ulg", "first.ulg", "second.ulg"]  # resumed, then the next
     assert test.handed == [
         ("first.ulg", "complete; backfilled"),
@@ -87,13 +84,10 @@ async def test_a_flight_over_while_armed_waits_and_a_stop_hands_everything_on_as
     tmp_path: Path,
 ) -> None:
     test = Flights(tmp_path)
-    runner = asyncio.create_task(test.flights.run())
-    try:
+    async with running(test.flights.run()):
         test.flights.set_armed(1, armed=True)
         test.flight_over("first.ulg")  # its stream ended, but the vehicle is armed (a relaunch)
         await asyncio.wait_for(test.flights.drain(), 5)
         assert (test.started, test.handed) == ([], [])
-    finally:
-        runner.cancel()
     test.flights.release()  # the recorder stops
     assert test.handed == [("first.ulg", "complete")]
