@@ -13,9 +13,10 @@ import pytest
 from pyulog import ULog
 
 from ulogstream.cli import SUBCOMMANDS, main
-from ulogstream.cli.files import default_kinds, summarize, version_string
+from ulogstream.cli.files import default_kinds, summarize
 from ulogstream.cli.terminal import ProgressLine
 from ulogstream.sim.flightlog import _PERF_PREFLIGHT
+from ulogstream.ulog.flight import version_string
 from ulogstream.ulog.writer import ULogWriter
 
 if TYPE_CHECKING:

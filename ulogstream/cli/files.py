@@ -19,6 +19,7 @@ from ulogstream.ulog.events import (
     Truncated,
     ULogEvent,
 )
+from ulogstream.ulog.flight import version_string
 from ulogstream.ulog.spec import log_level_name
 from ulogstream.ulog.summary import LogDescription
 
@@ -135,31 +136,6 @@ def hms(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours:d}:{minutes:02d}:{secs:02d}"
-
-
-def version_string(release: int) -> str:
-    """A PX4 ``ver_sw_release`` word as ``vX.Y.Z`` plus its type.
-
-    The low byte is the type: below 64 development, below 128 alpha, below 192 beta,
-    below 255 release candidate, 255 release (PX4's ``px4_firmware_version``).
-    """
-    major, minor, patch, kind = (
-        (release >> 24) & 0xFF,
-        (release >> 16) & 0xFF,
-        (release >> 8) & 0xFF,
-        release & 0xFF,
-    )
-    if kind < 64:  # noqa: PLR2004
-        label = " (dev)"
-    elif kind < 128:  # noqa: PLR2004
-        label = " (alpha)"
-    elif kind < 192:  # noqa: PLR2004
-        label = " (beta)"
-    elif kind < 255:  # noqa: PLR2004
-        label = " (RC)"
-    else:
-        label = ""
-    return f"v{major}.{minor}.{patch}{label}"
 
 
 def value_text(value: InfoValue) -> str:

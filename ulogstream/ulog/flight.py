@@ -61,8 +61,8 @@ DISTANCE_STEP_S: Final = 1.0
 FlightJson = dict[str, str | int | float | None]
 """A :class:`FlightSummary` as JSON (:meth:`FlightSummary.as_json`)."""
 _RELEASE: Final = 255
-_RELEASE_KINDS: Final = ("dev", "alpha", "beta", "rc")
-"""``ver_sw_release``'s last byte: 0 dev, 64 alpha, 128 beta, 192 rc, 255 a release."""
+_RELEASE_KINDS: Final = ("dev", "alpha", "beta", "RC")
+"""``ver_sw_release``'s last byte: from 0 dev, 64 alpha, 128 beta, 192 RC; 255 a release."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -500,12 +500,20 @@ def _vehicle_type(status: list[Row]) -> str | None:
 
 
 def _firmware(info: dict[str, object]) -> str | None:
-    """PX4's release from ``ver_sw_release`` (0xMMmmppTT), else ``ver_sw``."""
+    """PX4's release from ``ver_sw_release``, else its git hash (``ver_sw``)."""
     release = info.get("ver_sw_release")
     if isinstance(release, int) and release:
-        major, minor, patch, kind = (release >> shift & 255 for shift in (24, 16, 8, 0))
-        return f"v{major}.{minor}.{patch}" + (
-            "" if kind == _RELEASE else f"-{_RELEASE_KINDS[kind // 64]}"
-        )
+        return version_string(release)
     software = info.get("ver_sw")
     return software if isinstance(software, str) and software else None
+
+
+def version_string(release: int) -> str:
+    """A PX4 ``ver_sw_release`` word as ``vX.Y.Z`` plus its type.
+
+    The low byte is the type: below 64 development, below 128 alpha, below 192 beta,
+    below 255 release candidate, 255 release (PX4's ``px4_firmware_version``).
+    """
+    major, minor, patch, kind = (release >> shift & 255 for shift in (24, 16, 8, 0))
+    label = "" if kind == _RELEASE else f" ({_RELEASE_KINDS[kind // 64]})"
+    return f"v{major}.{minor}.{patch}{label}"
