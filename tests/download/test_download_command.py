@@ -19,6 +19,7 @@ from ulogstream.download.backfill import plan_backfill
 from ulogstream.errors import LinkError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.recorder.download import LogDownloader
+from ulogstream.sim.flightlog import generate_flight_log
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -386,6 +387,24 @@ def test_backfill_of_a_wrong_file_is_one_error_before_any_link(
     fill = Process(["backfill", str(path), "udpin:127.0.0.1:9"], tmp_path)
     assert fill.wait(timeout=30) == 1
     assert fill.stderr().strip() == f"ulogstream: error: {message.format(path=path)}"
+
+
+@pytest.mark.parametrize("command", ["download", "backfill"])
+def test_a_missing_serial_device_is_one_error_naming_it(tmp_path: Path, command: str) -> None:
+    device = tmp_path / "ttyACM7"  # no autopilot plugged in
+    recording = tmp_path / "flight.ulg"
+    generate_flight_log(recording, duration_s=2.0, seed=1)
+    kept = recording.read_bytes()
+    args = ["--latest", "--out", str(tmp_path / "logs")] if command == "download" else []
+    files = [str(recording)] if command == "backfill" else []
+    run = Process([command, *files, str(device), *args], tmp_path)
+    assert run.wait(timeout=30) == 1
+    assert run.stderr().strip() == (
+        f"ulogstream: error: serial device {device} does not exist; is the autopilot plugged "
+        "in? (list devices with: ls /dev/serial/by-id/)"
+    )
+    assert recording.read_bytes() == kept  # nothing recorded is touched
+    assert not (tmp_path / "logs").exists()
 
 
 @pytest.mark.asyncio
