@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from pyulog import ULog
-from support.processes import Process, make_flight, subscriber
+from support.processes import Process, make_flight, subscriber, with_sys_uuid
 
 from ulogstream.adapters.download_file import DOWNLOAD_SUFFIX, SIDECAR_SUFFIX
 from ulogstream.adapters.udp_transport import UdpTransport
@@ -431,3 +431,50 @@ async def test_backfill_merges_a_flights_recordings_into_the_first_and_keeps_the
     assert a.read_bytes() == data
     assert b.read_bytes() == second  # a file the user named is never removed
     assert f"{b} kept as they are" in fill.stdout()
+
+
+@pytest.mark.asyncio
+async def test_two_vehicles_on_one_link_each_get_their_flight_completed_from_their_own_card(
+    tmp_path: Path,
+) -> None:
+    """MAV_SYS_ID 2 and 3 fly at once over one lossy UDP port; each SD card serves its own."""
+    flights = {}
+    for sysid, uuid in ((2, "2" * 36), (3, "3" * 36)):
+        flight = make_flight(tmp_path, duration_s=12, seed=20 + sysid)
+        path = tmp_path / f"vehicle{sysid}.ulg"
+        path.write_bytes(with_sys_uuid(flight.data, uuid))
+        flights[uuid] = path
+    port = free_udp_port()
+    out = tmp_path / "rec"
+    record = Process(
+        ["record", f"udpin:127.0.0.1:{port}", "--while-armed", "--out", str(out), "--no-status"],
+        tmp_path,
+        name="record",
+    )
+    sims = []
+    try:
+        await record.await_line("listening on")
+        for sysid, path in zip((2, 3), flights.values(), strict=True):
+            sims.append(flying_vehicle_as(tmp_path, path, port, sysid))
+        await record.await_line("backfilled", count=2, limit=120)
+        record.send_signal(signal.SIGINT)
+        assert await record.await_exit(limit=60) == 0, record.stderr()
+    finally:
+        for sim in sims:
+            sim.kill()
+        record.kill()
+    for uuid, path in flights.items():
+        (recording,) = downloads(out / uuid)
+        assert recording.read_bytes() == path.read_bytes(), uuid  # its own flight, whole
+    assert record.stderr().count("gap(s) from SD log 0") == 2  # the link lost some of each
+    assert record.stderr().count("% complete") == 2
+
+
+def flying_vehicle_as(tmp_path: Path, log: Path, port: int, sysid: int) -> Process:
+    """:func:`flying_vehicle` with its own MAV_SYS_ID (its own process name)."""
+    return Process(
+        ["sim", str(log), f"udpout:127.0.0.1:{port}", "--sd-card", "--armed", "--hold-end",
+         "--loss", "0.03", "--speed", "4", "--rate", "usb", "--sysid", str(sysid)],
+        tmp_path,
+        name=f"sim{sysid}",
+    )  # fmt: skip
