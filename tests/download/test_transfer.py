@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections import deque
 
 import pytest
 from hypothesis import given, settings
@@ -118,6 +119,61 @@ def test_every_byte_arrives_exactly_once_despite_loss(
     assert run(transfer, vehicle, file) == [TransferDone(size)]
     assert bytes(file) == log  # file starts zeroed: each byte was written exactly once
     assert transfer.held.total == size
+
+
+class ReorderingVehicle(ModelVehicle):
+    """:class:`ModelVehicle` behind a link that reorders and duplicates LOG_DATA.
+
+    What the vehicle sends waits in the link: with ``reorder`` a message swaps places with the
+    one before it, with ``duplicate`` it is delivered twice. A new request does not flush the
+    link: messages of the old one still arrive after it.
+    """
+
+    def __init__(self, log: bytes, *, rng: random.Random, reorder: float, duplicate: float) -> None:
+        super().__init__(log, lose=rng, loss=0.0, latency=0.001)
+        self._rng = rng
+        self._reorder = reorder
+        self._duplicate = duplicate
+        self._link: deque[LogData] = deque()
+
+    def next_arrival(self) -> float | None:
+        if self._link and super().next_arrival() is None:
+            return self._next_send + 0.001
+        return super().next_arrival()
+
+    def send(self) -> LogData | None:
+        if super().next_arrival() is not None:
+            chunk = super().send()
+            assert chunk is not None  # no loss here
+            self._link.append(chunk)
+            if self._rng.random() < self._duplicate:
+                self._link.append(chunk)
+            if len(self._link) >= 2 and self._rng.random() < self._reorder:
+                self._link[-1], self._link[-2] = self._link[-2], self._link[-1]
+            if len(self._link) < 2 and super().next_arrival() is not None:
+                return None  # in flight: it arrives later
+        else:
+            self._next_send += CHUNK_S
+        return self._link.popleft() if self._link else None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(1, 20_000),
+    reorder=st.sampled_from([0.05, 0.3]),
+    duplicate=st.sampled_from([0.0, 0.05]),
+    seed=st.integers(0, 1 << 16),
+)
+def test_reordered_and_duplicated_log_data_still_write_each_byte_once(
+    size: int, reorder: float, duplicate: float, seed: int
+) -> None:
+    log = _log(size, seed)
+    rng = random.Random(seed)  # noqa: S311 (test data)
+    vehicle = ReorderingVehicle(log, rng=rng, reorder=reorder, duplicate=duplicate)
+    transfer = LogTransfer(log_id=0, size=size)
+    file = bytearray(size)
+    assert run(transfer, vehicle, file) == [TransferDone(size)]  # run() fails a double write
+    assert bytes(file) == log
 
 
 def test_a_lossless_download_is_one_request_and_each_byte_sent_once() -> None:
