@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from pyulog import ULog
 from support.processes import Process, make_flight, subscriber, with_sys_uuid
+from support.waiting import eventually
 
 from ulogstream.adapters.download_file import DOWNLOAD_SUFFIX, SIDECAR_SUFFIX
 from ulogstream.adapters.udp_transport import UdpTransport
@@ -278,6 +279,41 @@ async def test_download_over_a_serial_port_is_byte_identical(tmp_path: Path) -> 
         sim.kill()
     (path,) = downloads(out)
     assert path.read_bytes() == flight.data
+
+
+@pytest.mark.asyncio
+async def test_a_usb_cable_pulled_mid_download_is_waited_for_and_the_download_resumes(
+    tmp_path: Path,
+) -> None:
+    """The autopilot's pseudo-terminal vanishes mid-download and comes back (a replug)."""
+    flight = make_flight(tmp_path, duration_s=30, seed=5)
+    device = tmp_path / "ttyACM0"
+    argv = ["sim", str(flight.path), f"pty:{device}", "--sd-card", "--rate", "200000"]
+    sim = Process(argv, tmp_path, name="sim")
+    out = tmp_path / "out"
+    fetch = None
+    try:
+        await eventually(device.exists, what="the simulator's device")
+        fetch = Process(["download", str(device), "--out", str(out)], tmp_path, name="download")
+
+        def checkpointed() -> bool:
+            sidecars = list(out.rglob(f"*{SIDECAR_SUFFIX}"))
+            return bool(sidecars) and bool(json.loads(sidecars[0].read_text())["held"])
+
+        await eventually(checkpointed, what="a checkpoint of the download")
+        sim.kill()  # unplugged
+        await fetch.await_line("to come back", limit=30)
+        assert fetch.process.poll() is None  # it waits
+        sim = Process(argv, tmp_path, name="sim-again")  # plugged in again
+        assert await fetch.await_exit(limit=60) == 0, fetch.stderr()
+    finally:
+        sim.kill()
+        if fetch is not None:
+            fetch.kill()
+    (path,) = downloads(out)
+    assert path.read_bytes() == flight.data
+    assert "was it unplugged?" in fetch.stderr()
+    assert "MB of it resumed" in fetch.stdout()  # only the rest was asked for
 
 
 @pytest.mark.asyncio

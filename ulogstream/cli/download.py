@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 import time
@@ -10,16 +11,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ulogstream.adapters.connection import open_transport
-from ulogstream.adapters.download_file import merge_into
+from ulogstream.adapters.download_file import already_downloaded, merge_into
 from ulogstream.cli.live import run_quietly
 from ulogstream.cli.terminal import EXIT_ERROR, CliError, fit_line, plural, terminal_width
 from ulogstream.config.loader import load_settings
 from ulogstream.download.backfill import BackfillError, merge_recordings
+from ulogstream.errors import LinkError
 from ulogstream.recorder.backfill import BackfillOutcome, backfill_recording, completeness
 from ulogstream.recorder.download import LogDownloader, log_path
 from ulogstream.recorder.wiring import LinkParts, link_parts
 from ulogstream.ulog.spec import MAGIC
 
+REPLUG_WAIT_S = 300.0
+"""How long ``download`` waits for an unplugged serial device to come back."""
+REPLUG_POLL_S = 0.5
 RECEIVE_BUFFER = 8 << 20
 """A download's UDP receive buffer: PX4 sends a log at ~8 MB/s on a loopback or Ethernet link,
 faster than Python reads it in bursts (the kernel caps it at ``net.core.rmem_max``)."""
@@ -93,25 +98,62 @@ def configure_download(parser: argparse.ArgumentParser) -> None:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    """List or download the vehicle's logs; a partial download is resumed by the next run."""
+    """List or download the vehicle's logs; a partial download is resumed by the next run.
+
+    A serial device unplugged during a download is waited for (:data:`REPLUG_WAIT_S`), and
+    the download resumes where it stopped once it is back; a device missing at the start is
+    one error at once.
+    """
     parts = _link(args)
     progress = ProgressBar(sys.stderr)
+    linked = False
 
-    async def main() -> int:
+    async def fetch() -> int:
+        nonlocal linked
+        linked_before = linked
         async with _listed(parts, progress) as (downloader, entries):
+            linked = True
             if args.list:
                 sys.stdout.write(listing_text(entries))
                 return 0
             for entry in chosen(entries, args):
+                path = log_path(args.out, entry)
+                if already_downloaded(path, entry.size) and linked_before:
+                    continue  # finished before an unplug: said already
                 try:
-                    done = await downloader.download(entry, log_path(args.out, entry))
+                    done = await downloader.download(entry, path)
                 finally:
                     progress.done()
                 sys.stdout.write(downloaded_text(done) + "\n")
                 sys.stdout.flush()
         return 0
 
+    async def main() -> int:
+        while True:
+            try:
+                return await fetch()
+            except LinkError as err:
+                device = parts.connection.device
+                if not linked or args.list or device is None:
+                    raise
+                sys.stderr.write(
+                    f"{err}\nwaiting up to {REPLUG_WAIT_S:.0f} s for {device} to come back; the "
+                    "download then resumes where it stopped (Ctrl-C stops: a later run resumes "
+                    "as well)\n"
+                )
+                await _until_present(Path(device), REPLUG_WAIT_S, err)
+
     return run_quietly(main())
+
+
+async def _until_present(device: Path, limit_s: float, error: LinkError) -> None:
+    """Wait until ``device`` exists again (plugged back in); ``error`` after ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while not device.exists():  # noqa: ASYNC240 (one stat twice a second)
+        if time.monotonic() > deadline:
+            raise error
+        await asyncio.sleep(REPLUG_POLL_S)
+    await asyncio.sleep(REPLUG_POLL_S)  # udev links the device before it can be opened
 
 
 def chosen(entries: tuple[LogEntry, ...], args: argparse.Namespace) -> list[LogEntry]:

@@ -782,7 +782,8 @@ async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = Non
             faults=options.faults,
         )
         data = await asyncio.to_thread(options.log.read_bytes)
-        sd_card.add(SdLog(data, int(time.time())))
+        mtime = (await asyncio.to_thread(options.log.stat)).st_mtime
+        sd_card.add(SdLog(data, int(mtime)))  # PX4's LOG_ENTRY gives the file's mtime too
     return await run_vehicle(
         options.log,
         options.connection,
