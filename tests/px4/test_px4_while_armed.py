@@ -57,12 +57,13 @@ async def test_two_flights_in_one_run_give_two_files_each_its_flight(tmp_path: P
     assert len(sd_logs) == 2  # PX4's own logs: one per flight (SDLOG_MODE 0)
     assert "2 logs recorded" in recorder.stdout()
     # Each file is its flight: it spans PX4's own log of that flight and no part of the other.
-    # Its data begins up to ~4 s after arming: the arming is seen in the next HEARTBEAT (1 Hz),
-    # then PX4 sends the header and definitions stop-and-wait (~1.5 s) before any data; the
-    # backfill fetches that start from the SD log.
+    # Its data begins seconds after arming: the arming is seen in the next HEARTBEAT (1 Hz),
+    # then PX4 sends the header and definitions stop-and-wait before any data, at SITL's pace
+    # (2.5 s after arming measured on a quiet machine, 4.05 s under CI's second worker); the
+    # backfill fetches that start from the SD log (test_px4_backfill.py).
     for ours, truth in zip(files, sd_logs, strict=True):
         ours_start, ours_end = span_s(ours)
         sd_start, sd_end = span_s(truth)
-        assert sd_start - 0.5 <= ours_start <= sd_start + 4.0
+        assert sd_start - 0.5 <= ours_start <= sd_start + 6.0
         assert ours_end >= sd_end - 0.5
     assert span_s(files[0])[1] < span_s(sd_logs[1])[0]

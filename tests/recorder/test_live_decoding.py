@@ -112,7 +112,9 @@ async def test_mqtt_at_its_cap_decodes_a_fraction_of_the_rows(
     total = sum(rows_per_instance(path).values())
     status = recorder.status
     assert sum(stats.samples for stats in status.topics.values()) == total
-    assert 0 < status.rows_decoded < total / 3
+    # Only the newest row of each batch of a capped topic is decoded: how many depends on how
+    # the datagrams batch (20-27 % measured alone, 34 % under CI's load), never most of them.
+    assert 0 < status.rows_decoded < total / 2
     assert status.mqtt_published > 0
     published = json_samples(messages, "ulogstream/v9/json/")
     assert sum(len(rows) for rows in published.values()) <= status.rows_decoded
