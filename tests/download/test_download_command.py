@@ -39,12 +39,31 @@ def vehicle(tmp_path: Path, log: Path, port: int, *extra: str, sd_card: bool = T
     )
 
 
-def flying_vehicle(tmp_path: Path, log: Path, port: int, *, sd_card: bool = True) -> Process:
+def flying_vehicle(
+    tmp_path: Path, log: Path, port: int, *, sd_card: bool = True, sysid: int = 1
+) -> Process:
     """A simulated flight: armed until its log is delivered, 3 % loss, at 4x over USB."""
     return vehicle(
         tmp_path, log, port, "--armed", "--hold-end", "--loss", "0.03", "--speed", "4",
-        "--rate", "usb", sd_card=sd_card,
+        "--rate", "usb", "--sysid", str(sysid), sd_card=sd_card,
     )  # fmt: skip
+
+
+async def record_flight(tmp_path: Path, flight: Path, *extra: str, sd_card: bool = True) -> Process:
+    """``record --while-armed --once`` of one simulated flight (:func:`flying_vehicle`)."""
+    port = free_udp_port()
+    sim = flying_vehicle(tmp_path, flight, port, sd_card=sd_card)
+    try:
+        record = Process(
+            ["record", f"udpin:127.0.0.1:{port}", "--while-armed", "--once", "--out",
+             str(tmp_path / "rec"), "--no-status", *extra],
+            tmp_path,
+            name="record",
+        )  # fmt: skip
+        assert await record.await_exit(limit=90) == 0, record.stderr()
+    finally:
+        sim.kill()
+    return record
 
 
 def downloads(out: Path) -> list[Path]:
@@ -223,20 +242,8 @@ async def test_record_while_armed_completes_each_flight_from_the_sd_card(
     with --no-backfill the file keeps its dropouts.
     """
     flight = make_flight(tmp_path, duration_s=15, seed=6)
-    port = free_udp_port()
-    sim = flying_vehicle(tmp_path, flight.path, port)
-    out = tmp_path / "rec"
-    try:
-        record = Process(
-            ["record", f"udpin:127.0.0.1:{port}", "--while-armed", "--once", "--out", str(out),
-             "--no-status", *([] if backfill else ["--no-backfill"])],
-            tmp_path,
-            name="record",
-        )  # fmt: skip
-        assert await record.await_exit(limit=90) == 0, record.stderr()
-    finally:
-        sim.kill()
-    (recording,) = downloads(out)
+    record = await record_flight(tmp_path, flight.path, *([] if backfill else ["--no-backfill"]))
+    (recording,) = downloads(tmp_path / "rec")
     if backfill:
         assert recording.read_bytes() == flight.data
         assert "backfilled" in record.stdout()
@@ -388,20 +395,8 @@ async def test_mqtt_hears_of_the_flight_once_it_is_complete(
 async def test_a_vehicle_that_serves_no_logs_leaves_the_flight_as_recorded(tmp_path: Path) -> None:
     """No answer to LOG_REQUEST_LIST: one warning, the recording kept as it is, exit 0."""
     flight = make_flight(tmp_path, duration_s=6, seed=14)
-    port = free_udp_port()
-    sim = flying_vehicle(tmp_path, flight.path, port, sd_card=False)
-    out = tmp_path / "rec"
-    try:
-        record = Process(
-            ["record", f"udpin:127.0.0.1:{port}", "--while-armed", "--once", "--out", str(out),
-             "--no-status"],
-            tmp_path,
-            name="record",
-        )  # fmt: skip
-        assert await record.await_exit(limit=90) == 0, record.stderr()
-    finally:
-        sim.kill()
-    (recording,) = downloads(out)
+    record = await record_flight(tmp_path, flight.path, sd_card=False)
+    (recording,) = downloads(tmp_path / "rec")
     assert 0 < len(recording.read_bytes()) < len(flight.data)
     assert "did not answer LOG_REQUEST_LIST" in record.stderr()
     assert "the recording is kept as it is" in record.stderr()
@@ -491,7 +486,7 @@ async def test_two_vehicles_on_one_link_each_get_their_flight_completed_from_the
     try:
         await record.await_line("listening on")
         for sysid, path in zip((2, 3), flights.values(), strict=True):
-            sims.append(flying_vehicle_as(tmp_path, path, port, sysid))
+            sims.append(flying_vehicle(tmp_path, path, port, sysid=sysid))
         await record.await_line("backfilled", count=2, limit=120)
         record.send_signal(signal.SIGINT)
         assert await record.await_exit(limit=60) == 0, record.stderr()
@@ -504,13 +499,3 @@ async def test_two_vehicles_on_one_link_each_get_their_flight_completed_from_the
         assert recording.read_bytes() == path.read_bytes(), uuid  # its own flight, whole
     assert record.stderr().count("gap(s) from SD log 0") == 2  # the link lost some of each
     assert record.stderr().count("% complete") == 2
-
-
-def flying_vehicle_as(tmp_path: Path, log: Path, port: int, sysid: int) -> Process:
-    """:func:`flying_vehicle` with its own MAV_SYS_ID (its own process name)."""
-    return Process(
-        ["sim", str(log), f"udpout:127.0.0.1:{port}", "--sd-card", "--armed", "--hold-end",
-         "--loss", "0.03", "--speed", "4", "--rate", "usb", "--sysid", str(sysid)],
-        tmp_path,
-        name=f"sim{sysid}",
-    )  # fmt: skip
