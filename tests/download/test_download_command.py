@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from pyulog import ULog
 from support.processes import Process, make_flight, subscriber, with_sys_uuid
+from support.rows import missing_and_differing
 from support.waiting import eventually
 
 from ulogstream.adapters.download_file import DOWNLOAD_SUFFIX, SIDECAR_SUFFIX
@@ -21,6 +22,7 @@ from ulogstream.errors import LinkError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.recorder.download import LogDownloader
 from ulogstream.sim.flightlog import generate_flight_log
+from ulogstream.sim.sd_card import split_at_stream_start
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,19 +42,30 @@ def vehicle(tmp_path: Path, log: Path, port: int, *extra: str, sd_card: bool = T
 
 
 def flying_vehicle(
-    tmp_path: Path, log: Path, port: int, *, sd_card: bool = True, sysid: int = 1
+    tmp_path: Path,
+    log: Path,
+    port: int,
+    *extra: str,
+    sd_card: bool = True,
+    sysid: int = 1,
 ) -> Process:
     """A simulated flight: armed until its log is delivered, 3 % loss, at 4x over USB."""
     return vehicle(
         tmp_path, log, port, "--armed", "--hold-end", "--loss", "0.03", "--speed", "4",
-        "--rate", "usb", "--sysid", str(sysid), sd_card=sd_card,
+        "--rate", "usb", "--sysid", str(sysid), *extra, sd_card=sd_card,
     )  # fmt: skip
 
 
-async def record_flight(tmp_path: Path, flight: Path, *extra: str, sd_card: bool = True) -> Process:
+async def record_flight(
+    tmp_path: Path,
+    flight: Path,
+    *extra: str,
+    sd_card: bool = True,
+    vehicle_words: tuple[str, ...] = (),
+) -> Process:
     """``record --while-armed --once`` of one simulated flight (:func:`flying_vehicle`)."""
     port = free_udp_port()
-    sim = flying_vehicle(tmp_path, flight, port, sd_card=sd_card)
+    sim = flying_vehicle(tmp_path, flight, port, *vehicle_words, sd_card=sd_card)
     try:
         record = Process(
             ["record", f"udpin:127.0.0.1:{port}", "--while-armed", "--once", "--out",
@@ -262,6 +275,27 @@ async def test_record_while_armed_completes_each_flight_from_the_sd_card(
     else:
         assert len(recording.read_bytes()) < len(flight.data)
         assert "backfill" not in record.stderr()
+
+
+@pytest.mark.asyncio
+async def test_a_stream_started_into_the_flight_is_completed_to_every_row_of_the_sd_log(
+    tmp_path: Path,
+) -> None:
+    """As on PX4: the SD log has the flight's first 2 s, and neither log the logger's stall.
+
+    The recording lacks the start and has the link's losses; completed, it holds every row of
+    the SD log and nothing the SD log lacks.
+    """
+    flight = make_flight(tmp_path, duration_s=15, seed=8)
+    record = await record_flight(tmp_path, flight.path, vehicle_words=("--stream-lead", "2"))
+    (recording,) = downloads(tmp_path / "rec")
+    sd = tmp_path / "sd.ulg"
+    sd.write_bytes(split_at_stream_start(flight.data, 2.0)[1])
+    assert missing_and_differing(sd, recording) == (0, 0)
+    assert missing_and_differing(recording, sd) == (0, 0)
+    stderr = record.stderr()
+    assert "backfilled its start and" in stderr
+    assert "the flight's log is 100.0% complete" in stderr
 
 
 @pytest.mark.asyncio

@@ -10,11 +10,10 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
-from pyulog import ULog
 from support.processes import Process, recordings
 from support.px4 import UdpRelay, fly, px4_sitl
+from support.rows import rows
 
 from ulogstream.cli.demo import free_udp_port
 
@@ -23,21 +22,6 @@ if TYPE_CHECKING:
 
 
 pytestmark = [pytest.mark.px4, pytest.mark.timeout(300)]
-
-
-def rows(path: Path) -> dict[tuple[str, int], dict[int, bytes]]:
-    """Every row of every topic instance, by timestamp (the row's bytes, as pyulog reads it)."""
-    out: dict[tuple[str, int], dict[int, bytes]] = {}
-    for data in ULog(str(path)).data_list:
-        names = sorted(data.data)
-        table = np.rec.fromarrays(  # type: ignore[call-overload]
-            [data.data[name] for name in names], names=names
-        )
-        stamps = data.data["timestamp"]
-        out[data.name, data.multi_id] = {
-            int(stamp): table[index].tobytes() for index, stamp in enumerate(stamps)
-        }
-    return out
 
 
 @pytest.mark.asyncio

@@ -251,6 +251,31 @@ async def test_run_sim_rejects_a_bad_connection_string(tmp_path: Path) -> None:
         await run_sim(SimOptions(log=path, connection="carrier-pigeon:1"))
 
 
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--stream-lead", "2"],
+        ["--sd-card", "--stream-lead", "-1"],
+        ["--sd-card", "--stream-lead=nan"],
+    ],
+)
+def test_a_stream_lead_needs_an_sd_card_and_a_time(words: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_sim_arguments(parser)
+    args = parser.parse_args(["flight.ulg", "udpout:127.0.0.1:14550", *words])
+    with pytest.raises(
+        ConfigError, match="--stream-lead must be 0 or more seconds, with --sd-card"
+    ):
+        sim_options_from_args(args)
+
+
+def test_a_stream_lead_is_kept() -> None:
+    parser = argparse.ArgumentParser()
+    add_sim_arguments(parser)
+    args = parser.parse_args(["f.ulg", "udpout:127.0.0.1:1", "--sd-card", "--stream-lead", "2.5"])
+    assert sim_options_from_args(args).stream_lead_s == 2.5
+
+
 def test_command_line_options() -> None:
     parser = argparse.ArgumentParser()
     add_sim_arguments(parser)

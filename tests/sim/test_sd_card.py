@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import pytest
+from support.processes import make_flight
+from support.rows import rows
+from support.ulog_builders import sample_log
+
 from ulogstream.download.packets import (
     LogData,
     LogEntry,
@@ -9,8 +16,20 @@ from ulogstream.download.packets import (
     LogRequestEnd,
     LogRequestList,
 )
+from ulogstream.errors import ULogFormatError
 from ulogstream.sim.faults import FaultConfig
-from ulogstream.sim.sd_card import LOG_DATA_FRAME, TICK_S, SdCard, SdCardOutput, SdLog
+from ulogstream.sim.sd_card import (
+    LOG_DATA_FRAME,
+    TICK_S,
+    SdCard,
+    SdCardOutput,
+    SdLog,
+    split_at_stream_start,
+)
+from ulogstream.ulog.spec import HEADER_SIZE, MessageType, iter_messages
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def drain(card: SdCard, now: float = 0.0) -> list[SdCardOutput]:
@@ -99,3 +118,41 @@ def test_loss_drops_log_data_on_the_link_reproducibly() -> None:
     assert lost(1) == lost(1)
     assert lost(1) != lost(2)
     assert 150 < len(lost(1)) < 250
+
+
+def test_a_stream_started_into_the_flight_lacks_its_start_and_both_lack_the_stall(
+    tmp_path: Path,
+) -> None:
+    """As PX4's logger: the SD log has the flight's start; neither has the header's stall."""
+    log = make_flight(tmp_path, duration_s=10, seed=3).data
+    streamed, on_card = split_at_stream_start(log, 2.0, 1.5)
+    (tmp_path / "streamed.ulg").write_bytes(streamed)
+    (tmp_path / "card.ulg").write_bytes(on_card)
+    everything = rows(tmp_path / "flight-3.ulg")
+    stream, card = rows(tmp_path / "streamed.ulg"), rows(tmp_path / "card.ulg")
+    first = min(min(table) for table in everything.values() if table)
+    stall = range(first + 2_000_000, first + 3_500_000)
+    for key, table in everything.items():
+        assert {s: r for s, r in table.items() if s not in stall} == card.get(key, {}), key
+        kept = {s: r for s, r in table.items() if s >= stall.stop}
+        # Slow topics' first row after the stall may come before a fast topic's: allow the
+        # rows the logger wrote in the message order, never a row from the stall or before.
+        assert all(s >= stall.start for s in stream.get(key, {})), key
+        assert stream.get(key, {}).items() <= table.items(), key
+        assert kept.keys() <= stream.get(key, {}).keys(), key
+    assert any(s < stall.start for table in card.values() for s in table)
+    # After its subscriptions the stream is the SD log's tail, byte for byte.
+    resume = next(
+        offset
+        for offset, _size, kind in iter_messages(streamed, HEADER_SIZE)
+        if kind == MessageType.DATA
+    )
+    assert on_card.endswith(streamed[resume:])
+    assert len(streamed) < len(on_card) < len(log)
+
+
+def test_a_stream_from_the_flight_s_start_is_the_whole_log_and_garbage_is_refused() -> None:
+    log = sample_log(rows=20)
+    assert split_at_stream_start(log, 0.0, 0.0) == (log, log)
+    with pytest.raises(ULogFormatError, match="not a ULog file"):
+        split_at_stream_start(b"garbage" * 10, 1.0)

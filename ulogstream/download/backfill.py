@@ -32,6 +32,7 @@ from ulogstream.ulog.spec import (
     MESSAGE_HEADER_SIZE,
     MessageType,
     encode_dropouts,
+    iter_messages,
 )
 
 if TYPE_CHECKING:
@@ -181,25 +182,15 @@ class BackfillResult:
     def rows_backfilled(self) -> int:
         """Data rows ('D' messages) the patches put back."""
         return sum(
-            1 for patch in self.patches for _o, _s, kind in _messages(patch.data, 0) if kind == _D
+            1
+            for patch in self.patches
+            for _o, _s, kind in iter_messages(patch.data, 0)
+            if kind == _D
         )
 
 
 class BackfillError(UlogstreamError):
     """The recording is not a ULog log with a data section (nothing to anchor on)."""
-
-
-def _messages(log: bytes, start: int) -> Generator[tuple[int, int, int]]:
-    """``(offset, size, type)`` of each whole message from ``start`` on."""
-    position = start
-    end = len(log)
-    while position + MESSAGE_HEADER_SIZE <= end:
-        size = log[position] | log[position + 1] << 8
-        following = position + MESSAGE_HEADER_SIZE + size
-        if following > end:
-            return
-        yield position, size, log[position + 2]
-        position = following
 
 
 def plan_backfill(log: bytes) -> BackfillPlan:
@@ -225,7 +216,7 @@ def plan_backfill(log: bytes) -> BackfillPlan:
     befores: list[int] = []  # each run's before-anchor start
     end = HEADER_SIZE
     subscribing: int | None = None  # the start of the run of 'A' messages just read
-    for offset, size, kind in _messages(log, HEADER_SIZE):
+    for offset, size, kind in iter_messages(log, HEADER_SIZE):
         end = offset + MESSAGE_HEADER_SIZE + size
         if kind == _A:
             subscriptions.add(_unpack_u16(log, offset + MESSAGE_HEADER_SIZE + 1)[0])
@@ -271,7 +262,7 @@ def plan_backfill(log: bytes) -> BackfillPlan:
     def after_anchor(start: int, limit: int) -> bytes:
         # Whole messages from start, at least ANCHOR_BYTES where the run allows.
         position = start
-        for offset, size, _kind in _messages(log, start):
+        for offset, size, _kind in iter_messages(log, start):
             position = offset + MESSAGE_HEADER_SIZE + size
             if position - start >= ANCHOR_BYTES or position >= limit:
                 break
@@ -493,7 +484,7 @@ def _sd_data_start(sd_size: int) -> Generator[Fetch, bytes, int | None]:
         data = yield Fetch(0, min(length, sd_size))
         if not data.startswith(MAGIC):
             return None
-        for offset, _size, kind in _messages(data, HEADER_SIZE):
+        for offset, _size, kind in iter_messages(data, HEADER_SIZE):
             if kind not in _DEFINITIONS:
                 return offset
         if length >= sd_size or length >= 16 << 20:
@@ -539,7 +530,7 @@ def _probe_stamps(probe: bytes, sizes: dict[int, int]) -> list[int]:
 
 def _whole_end_of(data: bytes) -> int:
     end = 0
-    for offset, size, _kind in _messages(data, 0):
+    for offset, size, _kind in iter_messages(data, 0):
         end = offset + MESSAGE_HEADER_SIZE + size
     return end
 
@@ -554,7 +545,7 @@ def _whole_messages(
     """
     out = bytearray()
     end = 0
-    for offset, size, kind in _messages(data, 0):
+    for offset, size, kind in iter_messages(data, 0):
         if kind not in _TYPES or (
             kind == _D
             and sizes.get(_unpack_u16(data, offset + MESSAGE_HEADER_SIZE)[0], size) != size
@@ -601,7 +592,7 @@ def merge_recordings(logs: Sequence[bytes]) -> bytes:
     last_us = first.last.timestamp_us
     for log in logs[1:]:
         plan = plan_backfill(log)
-        for offset, size, kind in _messages(log, HEADER_SIZE):
+        for offset, size, kind in iter_messages(log, HEADER_SIZE):
             if offset >= plan.first_data:
                 break
             if kind == _A:

@@ -38,7 +38,13 @@ from ulogstream.download.packets import (
 from ulogstream.errors import ConfigError, LinkError
 from ulogstream.mavlink_codec import MAV_AUTOPILOT_PX4, MAV_TYPE_QUADROTOR, MavlinkCodec
 from ulogstream.sim.faults import NO_FAULTS, DelayLine, FaultConfig, corrupt_frame
-from ulogstream.sim.sd_card import DEFAULT_BYTES_PER_S, SdCard, SdLog
+from ulogstream.sim.sd_card import (
+    DEFAULT_BYTES_PER_S,
+    LOGGER_STALL_S,
+    SdCard,
+    SdLog,
+    split_at_stream_start,
+)
 from ulogstream.sim.vehicle import (
     RADIO_LINK_RATE,
     UDP_LINK_RATE,
@@ -754,6 +760,7 @@ class SimOptions:
     accept_stop_at_once: bool = False
     stop_at_end: bool = True
     sd_card: bool = False
+    stream_lead_s: float = 0.0
     armed: bool = False
 
     def vehicle_config(self) -> VehicleConfig:
@@ -775,6 +782,7 @@ class SimOptions:
 async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = None) -> SimSummary:
     """Run ``ulogstream sim`` with ``options`` (see :func:`run_vehicle` for what may be raised)."""
     sd_card = None
+    source: Path | bytes = options.log
     if options.sd_card:
         sd_card = SdCard(
             system_id=options.system_id,
@@ -783,9 +791,11 @@ async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = Non
         )
         data = await asyncio.to_thread(options.log.read_bytes)
         mtime = (await asyncio.to_thread(options.log.stat)).st_mtime
+        if options.stream_lead_s:
+            source, data = split_at_stream_start(data, options.stream_lead_s)
         sd_card.add(SdLog(data, int(mtime)))  # PX4's LOG_ENTRY gives the file's mtime too
     return await run_vehicle(
-        options.log,
+        source,
         options.connection,
         config=options.vehicle_config(),
         faults=options.faults,
@@ -928,6 +938,15 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         " until stopped",
     )
     link.add_argument(
+        "--stream-lead",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="with --sd-card, the SD log starts S seconds of flight before the stream does, and"
+        f" both lose the {LOGGER_STALL_S:g} s PX4's logger waits while the stream's header is acked"
+        " (default 0: the SD log is the streamed log)",
+    )
+    link.add_argument(
         "--backend-off", action="store_true", help="answer every START TEMPORARILY_REJECTED"
     )
     link.add_argument(
@@ -1030,6 +1049,10 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
     if not 1 <= system_id <= 255:  # noqa: PLR2004
         msg = f"--sysid must be 1-255, not {system_id}"
         raise ConfigError(msg)
+    stream_lead_s = float(args.stream_lead)
+    if not 0 <= stream_lead_s < math.inf or (stream_lead_s and not args.sd_card):
+        msg = f"--stream-lead must be 0 or more seconds, with --sd-card (not {args.stream_lead})"
+        raise ConfigError(msg)
     return SimOptions(
         log=Path(args.log),
         connection=str(args.connection),
@@ -1047,5 +1070,6 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
         accept_stop_at_once=bool(args.accept_stop_at_once),
         stop_at_end=not bool(args.hold_end),
         sd_card=bool(args.sd_card),
+        stream_lead_s=stream_lead_s,
         armed=bool(args.armed),
     )

@@ -10,6 +10,7 @@ SITL's loopback, the link's rate on a radio).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Final
 
@@ -21,7 +22,9 @@ from ulogstream.download.packets import (
     LogRequestEnd,
     LogRequestList,
 )
+from ulogstream.errors import ULogFormatError
 from ulogstream.sim.faults import NO_FAULTS, Draw, FaultConfig, FaultRng
+from ulogstream.ulog.spec import DEFINITION_TYPES, HEADER_SIZE, MAGIC, MessageType, iter_messages
 
 TICK_S: Final = 0.005
 """The card sends what its rate allows every tick (PX4's MAVLink loop runs at a few ms)."""
@@ -42,6 +45,81 @@ class SdLog:
 
 
 SdCardOutput = LogEntry | LogData
+
+LOGGER_STALL_S: Final = 1.5
+"""What PX4's logger loses from its SD log at a stream's start: it waits while the stream's
+header and definitions are acked (measured on PX4 SITL at full rate; 32-34 s over a 5760 B/s
+radio)."""
+
+_DEFINITIONS: Final = frozenset(t.value for t in DEFINITION_TYPES)
+_D: Final = MessageType.DATA.value
+_A: Final = MessageType.ADD_LOGGED_MSG.value
+_unpack_stamp: Final = struct.Struct("<Q").unpack_from
+_STAMPED: Final = 2 + 8
+"""A data message's msg_id and the timestamp its topic starts with."""
+
+
+def split_at_stream_start(
+    log: bytes, lead_s: float, stall_s: float = LOGGER_STALL_S
+) -> tuple[bytes, bytes]:
+    """The log a stream started ``lead_s`` into the flight gets, and the SD log of that flight.
+
+    As PX4's logger with both backends: the SD log runs from the flight's start; the stream
+    starts ``lead_s`` seconds later, and while its header and definitions are acked the logger
+    waits, so neither log has the ``stall_s`` seconds after the stream's start. Both keep every
+    subscription ('A'); the stream has its own copy of the header and definitions. After the
+    stall both hold the same bytes.
+
+    Returns:
+        ``(streamed, on_card)``.
+
+    Raises:
+        ULogFormatError: ``log`` is not a ULog file.
+    """
+    if not log.startswith(MAGIC):
+        msg = "not a ULog file: its magic bytes are missing"
+        raise ULogFormatError(msg, offset=0)
+    data_start: int | None = None
+    first_us: int | None = None
+    request: int | None = None
+    resume = len(log)
+    for offset, size, kind in iter_messages(log, HEADER_SIZE):
+        if data_start is None:
+            if kind in _DEFINITIONS:
+                continue
+            data_start = offset
+        if kind != _D or size < _STAMPED:
+            continue
+        stamp: int = _unpack_stamp(log, offset + 5)[0]
+        if first_us is None:
+            first_us = stamp
+        if request is None and stamp >= first_us + lead_s * 1e6:
+            request = offset
+        if request is not None and stamp >= first_us + (lead_s + stall_s) * 1e6:
+            resume = offset
+            break
+    if data_start is None:
+        return log, log
+    if request is None:  # the stream starts after the flight: only its definitions
+        request = len(log)
+    lead = log[data_start:request]
+    stall = log[request:resume]
+    lead_subscriptions = _subscriptions(lead)
+    stall_subscriptions = _subscriptions(stall)
+    head = log[:data_start]
+    rest = log[resume:]
+    streamed = head + lead_subscriptions + stall_subscriptions + rest
+    on_card = head + lead + stall_subscriptions + rest
+    return streamed, on_card
+
+
+def _subscriptions(data: bytes) -> bytes:
+    """The 'A' messages of ``data`` (whole messages), in order."""
+    return b"".join(
+        data[offset : offset + 3 + size]
+        for offset, size, kind in iter_messages(data, 0)
+        if kind == _A
+    )
 
 
 class SdCard:

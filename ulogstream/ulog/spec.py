@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 MAGIC = b"ULog\x01\x12\x35"
 """The 7 magic bytes every ULog file starts with."""
@@ -145,3 +145,19 @@ def encode_dropouts(duration_ms: int) -> bytes:
 def log_level_name(level: int) -> str:
     """Name a log level byte ('0'..'7' as ASCII); unknown values are shown as numbers."""
     return LOG_LEVEL_NAMES.get(level, str(level))
+
+
+def iter_messages(log: bytes, start: int) -> Iterator[tuple[int, int, int]]:
+    """``(offset, size, type)`` of each whole message of ``log`` from ``start`` on.
+
+    ``size`` is the message's payload size; the walk ends at the first message cut short.
+    """
+    position = start
+    end = len(log)
+    while position + MESSAGE_HEADER_SIZE <= end:
+        size = log[position] | log[position + 1] << 8
+        following = position + MESSAGE_HEADER_SIZE + size
+        if following > end:
+            return
+        yield position, size, log[position + 2]
+        position = following
