@@ -17,7 +17,9 @@ import time
 from typing import TYPE_CHECKING, Final, cast
 
 from ulogstream.download.packets import (
+    FTP_DATA_MAX,
     LOG_DATA_CHUNK,
+    FtpMessage,
     LogData,
     LogEntry,
     LogRequestData,
@@ -61,6 +63,7 @@ MAVLINK_MSG_ID_LOG_ENTRY: Final = 118
 MAVLINK_MSG_ID_LOG_REQUEST_DATA: Final = 119
 MAVLINK_MSG_ID_LOG_DATA: Final = 120
 MAVLINK_MSG_ID_LOG_REQUEST_END: Final = 122
+MAVLINK_MSG_ID_FILE_TRANSFER_PROTOCOL: Final = 110
 
 MAV_TYPE_QUADROTOR: Final = 2
 MAV_AUTOPILOT_PX4: Final = 12
@@ -597,6 +600,8 @@ class MavlinkCodec:
                 self.bad_frames += 1
                 return None
             return LogData(id=log_id, ofs=ofs, data=data[:count], system_id=system_id)
+        if msg_id == MAVLINK_MSG_ID_FILE_TRANSFER_PROTOCOL:
+            return self._ftp_message(payload, system_id)
         if msg_id == MAVLINK_MSG_ID_LOG_ENTRY:
             time_utc, size, log_id, num_logs, last_log_num = layout.unpack_from(payload)
             return LogEntry(
@@ -618,6 +623,63 @@ class MavlinkCodec:
             start, end = fields
             return LogRequestList(start=start, end=end)
         return LogRequestEnd()
+
+    def _ftp_message(self, payload: bytes, system_id: int) -> FtpMessage | None:
+        _network, target_system, target_component, ftp = _LAYOUTS[
+            MAVLINK_MSG_ID_FILE_TRANSFER_PROTOCOL
+        ].unpack_from(payload)
+        if not self._addressed_to_us(target_system, target_component):
+            return None
+        seq, session, opcode, size, req_opcode, burst_complete, offset = _FTP_HEADER.unpack_from(
+            ftp
+        )
+        if size > FTP_DATA_MAX:
+            self.bad_frames += 1
+            return None
+        start = _FTP_HEADER.size
+        return FtpMessage(
+            seq=seq,
+            session=session,
+            opcode=opcode,
+            req_opcode=req_opcode,
+            burst_complete=bool(burst_complete),
+            offset=offset,
+            data=ftp[start : start + size],
+            system_id=system_id,
+        )
+
+    def encode_ftp(self, message: FtpMessage, target_system: int, target_component: int) -> bytes:
+        """FILE_TRANSFER_PROTOCOL carrying ``message`` to ``target_system``/``target_component``.
+
+        Raises:
+            ValueError: ``message.data`` is longer than 239 bytes.
+        """
+        size = len(message.data) if message.size is None else message.size
+        if len(message.data) > FTP_DATA_MAX or size > FTP_DATA_MAX:
+            msg = f"a MAVLink FTP payload carries at most {FTP_DATA_MAX} bytes, not {size}"
+            raise ValueError(msg)
+        ftp = (
+            _FTP_HEADER.pack(
+                message.seq & 0xFFFF,
+                message.session,
+                message.opcode,
+                size,
+                message.req_opcode,
+                int(message.burst_complete),
+                message.offset,
+            )
+            + message.data
+        )
+        if self._mav is not None:
+            return self._signed_frame(
+                self._mav.file_transfer_protocol_encode(
+                    0, target_system, target_component, list(ftp.ljust(251, b"\0"))
+                )
+            )
+        payload = _LAYOUTS[MAVLINK_MSG_ID_FILE_TRANSFER_PROTOCOL].pack(
+            0, target_system, target_component, ftp
+        )
+        return self._frame(MAVLINK_MSG_ID_FILE_TRANSFER_PROTOCOL, payload)
 
     def encode_log_request(
         self,
@@ -891,12 +953,15 @@ _DOWNLOAD_IDS: Final = frozenset(
         MAVLINK_MSG_ID_LOG_REQUEST_DATA,
         MAVLINK_MSG_ID_LOG_DATA,
         MAVLINK_MSG_ID_LOG_REQUEST_END,
+        MAVLINK_MSG_ID_FILE_TRANSFER_PROTOCOL,
     }
 )
 _DOWNLOAD_USED_IDS: Final = _USED_IDS | _DOWNLOAD_IDS
 """The messages :meth:`MavlinkCodec.decode_with_log_download` returns."""
 
-LogDownloadMessage = LogEntry | LogData | LogRequestList | LogRequestData | LogRequestEnd
+LogDownloadMessage = (
+    LogEntry | LogData | LogRequestList | LogRequestData | LogRequestEnd | FtpMessage
+)
 """The log download messages as the codec returns them."""
 
 _LAYOUTS: Final[dict[int, struct.Struct]] = {
@@ -910,6 +975,7 @@ _LAYOUTS: Final[dict[int, struct.Struct]] = {
     MAVLINK_MSG_ID_LOG_REQUEST_DATA: struct.Struct("<IIHBB"),
     MAVLINK_MSG_ID_LOG_DATA: struct.Struct(f"<IHB{LOG_DATA_CHUNK}s"),
     MAVLINK_MSG_ID_LOG_REQUEST_END: struct.Struct("<BB"),
+    MAVLINK_MSG_ID_FILE_TRANSFER_PROTOCOL: struct.Struct("<BBB251s"),
 }
 """Wire layouts (fields largest first, extensions last) of the messages we pack and unpack but
 LOGGING_DATA: HEARTBEAT (custom_mode, type, autopilot, base_mode, system_status,
@@ -920,7 +986,12 @@ AUTOPILOT_VERSION (capabilities, uid, the four versions, vendor_id, product_id, 
 versions, then the extension uid2), and
 the log download's LOG_REQUEST_LIST (start, end, targets), LOG_ENTRY (time_utc, size, id,
 num_logs, last_log_num), LOG_REQUEST_DATA (ofs, count, id, targets), LOG_DATA (ofs, id, count,
-data) and LOG_REQUEST_END (targets)."""
+data) and LOG_REQUEST_END (targets), and MAVLink FTP's FILE_TRANSFER_PROTOCOL (target_network,
+targets, payload: see :data:`_FTP_HEADER`)."""
+
+_FTP_HEADER: Final = struct.Struct("<HBBBBBxI")
+"""A MAVLink FTP payload's header: seq_number, session, opcode, size, req_opcode,
+burst_complete, padding, offset; its data follows."""
 
 MAVLINK_VERSION: Final = 3
 """HEARTBEAT's ``mavlink_version`` field: the dialect's version, as pymavlink sends it."""

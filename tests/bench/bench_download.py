@@ -8,12 +8,14 @@ the first part).
    ``--log-seconds``, then its logger is stopped: one finished SD log. Each round downloads it
    with ``python -m ulogstream download`` and with ``pymavlink_download.py`` (the usual script:
    ``recv_match``, the first missing range asked again after 0.5 s of silence), in turn, over the
-   onboard link. Both files must equal the SD log.
+   onboard link. Both files must equal the SD log. ``download --ftp`` (MAVLink FTP bursts)
+   runs in the same rounds.
 2. **A 5760 B/s radio.** PX4 SITL's log handler does not keep to a UDP instance's ``-r`` rate
    (its whole log comes at loopback speed; on a real radio the serial port paces it), so this
    part uses ulogstream's simulated vehicle: its SD card sends at 5760 wire bytes/s, 40 ms each
    way, 2 % of LOG_DATA lost (``sim --sd-card``), a generated flight of ``--radio-seconds``.
-   The ceiling is 90 of every 109 wire bytes: 4756 log bytes/s.
+   The ceiling is 90 of every 109 wire bytes: 4756 log bytes/s (MAVLink FTP: 239 of 266,
+   5175 log bytes/s).
 
 Figures: the transfer's rate (from the request to the last byte, as each tool reports it), and
 each whole process's wall time and CPU (start-up, heartbeat, listing, transfer, exit).
@@ -40,6 +42,7 @@ INSTANCE = 7
 BENCH = Path(__file__).parent
 RADIO_RATE = 5760
 RADIO_CEILING = RADIO_RATE * 90 / 109
+RADIO_FTP_CEILING = RADIO_RATE * 239 / 266
 
 
 def child_cpu() -> float:
@@ -59,15 +62,21 @@ def run(words: list[str], timeout: float) -> tuple[str, float, float]:
     return done.stdout, wall, cpu
 
 
-def ours(link: str, out: Path) -> tuple[float, float, float, int]:
-    """``ulogstream download``: transfer seconds, wall, CPU, requests."""
-    stdout, wall, cpu = run(
-        [sys.executable, "-m", "ulogstream", "download", link, "--out", str(out)], 600
-    )
-    # Its line ends "in SECONDS s (RATE MB/s, N requests)".
+def ours(link: str, out: Path, *, ftp: bool = False) -> tuple[float, float, float, int]:
+    """``ulogstream download [--ftp]``: transfer seconds, wall, CPU, requests."""
+    words = [sys.executable, "-m", "ulogstream", "download", link, "--out", str(out)]
+    stdout, wall, cpu = run([*words, *(["--ftp"] if ftp else [])], 1800)
+    # Its line ends "in SECONDS s (RATE MB/s, N requests[, MAVLink FTP])".
     seconds = float(stdout.rsplit(" in ", 1)[1].split()[0])
-    requests = int(stdout.rsplit(", ", 1)[1].split()[0])
+    requests = int(stdout.rsplit(" request", 1)[0].rsplit(" ", 1)[1])
+    if ftp and "MAVLink FTP" not in stdout:
+        print("    --ftp fell back to LOG_REQUEST_DATA", flush=True)
     return seconds, wall, cpu, requests
+
+
+def ours_ftp(link: str, out: Path) -> tuple[float, float, float, int]:
+    """``ulogstream download --ftp``."""
+    return ours(link, out, ftp=True)
 
 
 def reference(link: str, out: Path) -> tuple[float, float, float, int]:
@@ -82,7 +91,7 @@ def reference(link: str, out: Path) -> tuple[float, float, float, int]:
 def compare(label: str, truth: bytes, link: str, *, rounds: int, work: Path) -> None:
     size = len(truth)
     for round_number in range(rounds):
-        for name, tool in (("ulogstream", ours), ("pymavlink", reference)):
+        for name, tool in (("ulogstream", ours), ("--ftp", ours_ftp), ("pymavlink", reference)):
             out = work / f"{label}-{name}-{round_number}"
             out.mkdir()
             seconds, wall, cpu, requests = tool(link, out)
@@ -135,7 +144,8 @@ def radio_part(rounds: int, radio_seconds: float, work: Path) -> None:
     try:
         print(
             f"simulated radio: {len(truth) / 1e3:.1f} kB log, {RADIO_RATE} B/s wire (ceiling "
-            f"{RADIO_CEILING / 1e3:.2f} kB/s of log), 40 ms each way, 2 % LOG_DATA lost"
+            f"{RADIO_CEILING / 1e3:.2f} kB/s of log, {RADIO_FTP_CEILING / 1e3:.2f} by FTP), 40 ms"
+            " each way, 2 % of LOG_DATA and FTP data lost"
         )
         compare("radio", truth, f"udpin:127.0.0.1:{port}", rounds=rounds, work=work)
     finally:

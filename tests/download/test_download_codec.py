@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import struct
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pymavlink.dialects.v20 import common as mavlink2
 
 from ulogstream.download.packets import (
+    FTP_DATA_MAX,
+    FtpMessage,
+    FtpOpcode,
     LogData,
     LogEntry,
     LogRequestData,
@@ -143,3 +149,58 @@ def test_the_fast_path_declines_everything_else_untouched() -> None:
     assert codec.messages == codec.bad_frames == 0
     signed = MavlinkCodec(system_id=255, component_id=155, signing_key=bytes(32))
     assert signed.decode_log_data(frame) is None
+
+
+@given(
+    seq=st.integers(0, 0xFFFF),
+    session=st.integers(0, 255),
+    opcode=st.sampled_from(list(FtpOpcode)),
+    req_opcode=st.integers(0, 255),
+    burst_complete=st.booleans(),
+    offset=st.integers(0, 0xFFFFFFFF),
+    data=st.binary(max_size=FTP_DATA_MAX),
+    target=st.tuples(st.integers(1, 255), st.integers(1, 255)),
+)
+def test_ftp_messages_are_pymavlinks_byte_for_byte_and_read_back(
+    *,
+    seq: int,
+    session: int,
+    opcode: FtpOpcode,
+    req_opcode: int,
+    burst_complete: bool,
+    offset: int,
+    data: bytes,
+    target: tuple[int, int],
+) -> None:
+    message = FtpMessage(seq, session, opcode, req_opcode, burst_complete, offset, data)
+    ours = MavlinkCodec(system_id=42, component_id=155)
+    theirs = mavlink2.MAVLink(None, srcSystem=42, srcComponent=155)
+    system, component = target
+    payload = (
+        struct.pack(
+            "<HBBBBBxI", seq, session, opcode, len(data), req_opcode, burst_complete, offset
+        )
+        + data
+    ).ljust(251, b"\0")
+    frame = _frame(theirs, theirs.file_transfer_protocol_encode(0, system, component, payload))
+    assert ours.encode_ftp(message, system, component) == frame
+    reader = MavlinkCodec(system_id=system, component_id=component)
+    (decoded,) = reader.decode_with_log_download(frame)
+    assert decoded == FtpMessage(
+        seq, session, opcode, req_opcode, burst_complete, offset, data, system_id=42
+    )
+    # Addressed to another system: not ours.
+    other = MavlinkCodec(system_id=system % 255 + 1, component_id=component)
+    assert other.decode_with_log_download(frame) == []
+
+
+def test_an_ftp_read_request_carries_its_wanted_size_and_oversized_data_is_refused() -> None:
+    codec = MavlinkCodec(system_id=7, component_id=8)
+    request = FtpMessage(3, 0, FtpOpcode.READ_FILE, offset=1000, size=200)
+    (decoded,) = MavlinkCodec(system_id=1, component_id=1).decode_with_log_download(
+        codec.encode_ftp(request, 1, 1)
+    )
+    assert isinstance(decoded, FtpMessage)
+    assert decoded.data == bytes(200)  # the size field says 200 (zeros: no data is sent)
+    with pytest.raises(ValueError, match="at most 239 bytes, not 240"):
+        codec.encode_ftp(FtpMessage(1, 0, FtpOpcode.ACK, data=bytes(240)), 1, 1)

@@ -278,6 +278,37 @@ async def test_record_while_armed_completes_each_flight_from_the_sd_card(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("ftp", [True, False])
+async def test_ftp_reads_the_log_in_bursts_or_falls_back_where_the_vehicle_has_none(
+    tmp_path: Path, *, ftp: bool
+) -> None:
+    """``--ftp`` with 3 % of the data lost: the SD log byte for byte, either way."""
+    flight = make_flight(tmp_path, duration_s=10, seed=4)
+    port = free_udp_port()
+    words = ["--rate", "usb", "--loss", "0.03", *([] if ftp else ["--no-ftp"])]
+    sim = vehicle(tmp_path, flight.path, port, *words)
+    out = tmp_path / "out"
+    try:
+        fetch = Process(
+            ["download", f"udpin:127.0.0.1:{port}", "--ftp", "--out", str(out)], tmp_path
+        )
+        assert await fetch.await_exit(limit=90) == 0, fetch.stderr()
+    finally:
+        sim.kill()
+    (path,) = downloads(out)
+    assert path.read_bytes() == flight.data
+    if ftp:
+        assert "MAVLink FTP)" in fetch.stdout()
+        assert "gives no MAVLink FTP" not in fetch.stderr()
+    else:
+        assert "MAVLink FTP)" not in fetch.stdout()
+        assert (
+            f"the vehicle on udpin:127.0.0.1:{port} gives no MAVLink FTP (it answers"
+            " ListDirectory with UnknownCommand): downloading with LOG_REQUEST_DATA"
+        ) in fetch.stderr()
+
+
+@pytest.mark.asyncio
 async def test_a_stream_started_into_the_flight_is_completed_to_every_row_of_the_sd_log(
     tmp_path: Path,
 ) -> None:

@@ -1,4 +1,7 @@
-"""``ulogstream download`` against a real PX4 (SITL): its SD log, byte for byte, lossy or not."""
+"""``ulogstream download`` against a real PX4 (SITL): its SD log, byte for byte, lossy or not.
+
+Both ways PX4 serves it: LOG_REQUEST_DATA and MAVLink FTP (``--ftp``).
+"""
 
 from __future__ import annotations
 
@@ -49,6 +52,13 @@ async def test_download_latest_is_the_sd_log_byte_for_byte_also_over_a_lossy_lin
             name="direct",
         )
         assert await direct.await_exit(limit=60) == 0, direct.stderr()
+        ftp = Process(
+            ["download", f"udpin:127.0.0.1:{px4.onboard_port}", "--ftp", "--out",
+             str(tmp_path / "c")],
+            tmp_path,
+            name="ftp",
+        )  # fmt: skip
+        assert await ftp.await_exit(limit=60) == 0, ftp.stderr()
         # 5 % of the datagrams lost each way, requests included.
         port = free_udp_port()
         relay = UdpRelay(px4.onboard_port, px4.px4_port, port, loss=0.05, seed=2)
@@ -60,6 +70,12 @@ async def test_download_latest_is_the_sd_log_byte_for_byte_also_over_a_lossy_lin
                 name="lossy",
             )
             assert await lossy.await_exit(limit=120) == 0, lossy.stderr()
+            lossy_ftp = Process(
+                ["download", f"udpin:127.0.0.1:{port}", "--ftp", "--out", str(tmp_path / "d")],
+                tmp_path,
+                name="lossy-ftp",
+            )
+            assert await lossy_ftp.await_exit(limit=120) == 0, lossy_ftp.stderr()
         finally:
             relaying.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -68,8 +84,11 @@ async def test_download_latest_is_the_sd_log_byte_for_byte_also_over_a_lossy_lin
     (entry,) = listing.stdout().splitlines()[1:]
     assert entry.split()[0] == "0"
     assert entry.endswith(f"{len(truth) / 1e6:.1f} MB")
-    for out in (tmp_path / "a", tmp_path / "b"):
+    for out in (tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "d"):
         (path,) = out.rglob("*.ulg")
         assert path.read_bytes() == truth, out
     assert relay.dropped > 100
     assert "1 request)" not in lossy.stdout()  # lost LOG_DATA were asked for again
+    # PX4's own MAVLink FTP server (mavlink_ftp): found in SITL's /log, read in bursts.
+    assert "MAVLink FTP)" in ftp.stdout()
+    assert "MAVLink FTP)" in lossy_ftp.stdout()

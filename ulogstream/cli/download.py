@@ -16,6 +16,7 @@ from ulogstream.cli.live import run_quietly
 from ulogstream.cli.terminal import EXIT_ERROR, CliError, fit_line, plural, terminal_width
 from ulogstream.config.loader import load_settings
 from ulogstream.download.backfill import BackfillError, merge_recordings
+from ulogstream.download.ftp import files_for_entries
 from ulogstream.errors import LinkError
 from ulogstream.recorder.backfill import BackfillOutcome, backfill_recording, completeness
 from ulogstream.recorder.download import LogDownloader, log_path
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
     from typing import TextIO
 
+    from ulogstream.download.ftp import FtpFile
     from ulogstream.download.packets import LogEntry
     from ulogstream.recorder.download import DownloadedLog, Progress
 
@@ -89,6 +91,13 @@ def configure_download(parser: argparse.ArgumentParser) -> None:
     )
     which.add_argument("--all", action="store_true", help="download every log")
     parser.add_argument(
+        "--ftp",
+        action="store_true",
+        help="read the logs over MAVLink FTP (239 bytes a packet, not 90: about 10 %% faster on"
+        " a radio; on PX4 over USB, UDP or Ethernet LOG_REQUEST_DATA is several times faster);"
+        " without FTP on the vehicle, LOG_REQUEST_DATA",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path("downloads"),
@@ -116,12 +125,14 @@ def run_download(args: argparse.Namespace) -> int:
             if args.list:
                 sys.stdout.write(listing_text(entries))
                 return 0
-            for entry in chosen(entries, args):
+            wanted = chosen(entries, args)
+            files = await _ftp_files(downloader, wanted, parts) if args.ftp else {}
+            for entry in wanted:
                 path = log_path(args.out, entry)
                 if already_downloaded(path, entry.size) and linked_before:
                     continue  # finished before an unplug: said already
                 try:
-                    done = await downloader.download(entry, path)
+                    done = await downloader.download(entry, path, ftp=files.get(entry.id))
                 finally:
                     progress.done()
                 sys.stdout.write(downloaded_text(done) + "\n")
@@ -144,6 +155,27 @@ def run_download(args: argparse.Namespace) -> int:
                 await _until_present(Path(device), REPLUG_WAIT_S, err)
 
     return run_quietly(main())
+
+
+async def _ftp_files(
+    downloader: LogDownloader, entries: list[LogEntry], parts: LinkParts
+) -> dict[int, FtpFile]:
+    """The entries' files over MAVLink FTP; says which go by LOG_REQUEST_DATA instead, and why."""
+    found = await downloader.list_ftp_files()
+    if isinstance(found, str):
+        sys.stderr.write(
+            f"the vehicle on {parts.connection} gives no MAVLink FTP ({found}): "
+            "downloading with LOG_REQUEST_DATA\n"
+        )
+        return {}
+    files = files_for_entries(entries, found)
+    missing = [str(entry.id) for entry in entries if entry.id not in files]
+    if missing:
+        sys.stderr.write(
+            f"no file of the size of log {', '.join(missing)} is in the vehicle's log folder over"
+            " MAVLink FTP: downloading it with LOG_REQUEST_DATA\n"
+        )
+    return files
 
 
 async def _until_present(device: Path, limit_s: float, error: LinkError) -> None:
@@ -207,7 +239,8 @@ def downloaded_text(done: DownloadedLog) -> str:
     resumed = f", {done.resumed / 1e6:.1f} MB of it resumed" if done.resumed else ""
     return (
         f"log {entry.id} ({_when(entry)}, {entry.size / 1e6:.1f} MB{resumed}) -> {done.path} "
-        f"in {done.seconds:.1f} s ({rate / 1e6:.2f} MB/s, {plural(done.requests, 'request')})"
+        f"in {done.seconds:.1f} s ({rate / 1e6:.2f} MB/s, {plural(done.requests, 'request')}"
+        f"{', MAVLink FTP' if done.ftp else ''})"
     )
 
 

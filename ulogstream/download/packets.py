@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Final
 
@@ -69,3 +70,68 @@ class LogRequestData:
 @dataclass(frozen=True, slots=True)
 class LogRequestEnd:
     """End the download: the vehicle stops sending and closes the file (ArduPilot logs again)."""
+
+
+FTP_DATA_MAX: Final = 239
+"""Bytes of data in one MAVLink FTP payload (FILE_TRANSFER_PROTOCOL's 251 less its header)."""
+
+
+class FtpOpcode(enum.IntEnum):
+    """MAVLink FTP opcodes (https://mavlink.io/en/services/ftp.html), the ones used here."""
+
+    TERMINATE_SESSION = 1
+    RESET_SESSIONS = 2
+    LIST_DIRECTORY = 3
+    OPEN_FILE_RO = 4
+    READ_FILE = 5
+    BURST_READ_FILE = 15
+    ACK = 128
+    NAK = 129
+
+
+class FtpError(enum.IntEnum):
+    """The first data byte of a NAK."""
+
+    FAIL = 1
+    FAIL_ERRNO = 2
+    INVALID_DATA_SIZE = 3
+    INVALID_SESSION = 4
+    NO_SESSIONS_AVAILABLE = 5
+    EOF = 6
+    UNKNOWN_COMMAND = 7
+    FILE_EXISTS = 8
+    FILE_PROTECTED = 9
+    FILE_NOT_FOUND = 10
+
+
+@dataclass(frozen=True, slots=True)
+class FtpMessage:
+    """FILE_TRANSFER_PROTOCOL's payload: a MAVLink FTP request or reply.
+
+    Attributes:
+        seq: The sequence number (a reply carries its request's plus one; a burst counts on).
+        session: The open file's session.
+        opcode: A request's :class:`FtpOpcode`, or ACK / NAK.
+        req_opcode: In a reply, the request it answers.
+        burst_complete: The last reply of a burst.
+        offset: A file or directory offset.
+        data: Up to :data:`FTP_DATA_MAX` bytes (its length is the payload's ``size``).
+        size: The payload's ``size`` when it differs from ``len(data)`` (a read request's
+            wanted bytes).
+        system_id: The system that sent it.
+    """
+
+    seq: int
+    session: int
+    opcode: int
+    req_opcode: int = 0
+    burst_complete: bool = False
+    offset: int = 0
+    data: bytes = b""
+    size: int | None = None
+    system_id: int = 1
+
+    @property
+    def error(self) -> int:
+        """A NAK's error code (0 when there is none)."""
+        return self.data[0] if self.opcode == FtpOpcode.NAK and self.data else 0

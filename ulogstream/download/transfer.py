@@ -59,11 +59,15 @@ class TransferDone:
 
 @dataclass(frozen=True, slots=True)
 class TransferFailed:
-    """The vehicle stopped answering: ``missing`` bytes are not held, the first at ``ofs``."""
+    """The vehicle stopped answering: ``missing`` bytes are not held, the first at ``ofs``.
+
+    ``reason`` says why when the vehicle refused (MAVLink FTP); empty: it went silent.
+    """
 
     ofs: int
     missing: int
     tries: int
+    reason: str = ""
 
 
 TransferOutput = LogRequestData | WriteLogData | TransferDone | TransferFailed

@@ -21,8 +21,15 @@ from typing import TYPE_CHECKING, Final, Self
 from ulogstream.adapters.download_file import DownloadFile, LogIdentity, already_downloaded
 from ulogstream.adapters.serial_transport import SerialTransport
 from ulogstream.adapters.udp_transport import UdpTransport
+from ulogstream.download.ftp import (
+    FtpFile,
+    FtpListing,
+    FtpListingDone,
+    FtpTransfer,
+    FtpUnsupported,
+)
 from ulogstream.download.listing import ListingDone, ListingFailed, LogListing
-from ulogstream.download.packets import LogData, LogEntry, LogRequestEnd
+from ulogstream.download.packets import FtpMessage, LogData, LogEntry, LogRequestEnd
 from ulogstream.download.transfer import (
     RESPONSE_TIMEOUT_S,
     LogTransfer,
@@ -34,12 +41,15 @@ from ulogstream.errors import LinkError, UlogstreamError
 from ulogstream.stream.packets import MAV_AUTOPILOT_INVALID, MAV_COMP_ID_AUTOPILOT1, Heartbeat
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from ulogstream.adapters.transport import Transport
+    from ulogstream.download.ftp import FtpListingOutput, FtpTransferOutput
     from ulogstream.download.listing import ListingOutput
     from ulogstream.download.transfer import TransferOutput
+
+    CoreOutput = ListingOutput | TransferOutput | FtpListingOutput | FtpTransferOutput
     from ulogstream.mavlink_codec import MavlinkCodec
 
 HEARTBEAT_TIMEOUT_S: Final = 10.0
@@ -78,8 +88,9 @@ class DownloadedLog:
         path: The ``.ulg`` file.
         seconds: How long the transfer took (0 when it was already there).
         resumed: Bytes a previous run had already downloaded.
-        received: LOG_DATA bytes received (resent bytes included).
-        requests: LOG_REQUEST_DATA messages sent.
+        received: Log bytes received (resent bytes included).
+        requests: LOG_REQUEST_DATA (or MAVLink FTP) requests sent.
+        ftp: Read over MAVLink FTP.
     """
 
     entry: LogEntry
@@ -88,6 +99,7 @@ class DownloadedLog:
     resumed: int = 0
     received: int = 0
     requests: int = 0
+    ftp: bool = False
 
 
 def log_path(out_dir: Path, entry: LogEntry) -> Path:
@@ -102,24 +114,22 @@ def log_path(out_dir: Path, entry: LogEntry) -> Path:
     return out_dir / when.strftime("%Y-%m-%d") / when.strftime("%H_%M_%S.ulg")
 
 
-def _finish(
-    file: DownloadFile, entry: LogEntry, outputs: list[ListingOutput | TransferOutput]
-) -> Path:
+def _finish(file: DownloadFile, entry: LogEntry, outputs: list[CoreOutput]) -> Path:
     """The finished file of a transfer that is done; :class:`DownloadError` for one that failed."""
     _raise_if_failed(entry, outputs, "; run the same command again to resume")
     return file.finish()
 
 
-def _raise_if_failed(
-    entry: LogEntry, outputs: list[ListingOutput | TransferOutput], hint: str = ""
-) -> None:
+def _raise_if_failed(entry: LogEntry, outputs: list[CoreOutput], hint: str = "") -> None:
     """:class:`DownloadError` if the transfer's outputs say the vehicle stopped sending."""
     for output in outputs:
         if isinstance(output, TransferFailed):
-            msg = (
-                f"the vehicle stopped sending log {entry.id} at byte {output.ofs} "
-                f"({output.missing} bytes missing{hint})"
+            what = (
+                f"the vehicle stopped sending log {entry.id} at byte {output.ofs}"
+                if not output.reason
+                else f"log {entry.id} over MAVLink FTP: {output.reason}"
             )
+            msg = f"{what} ({output.missing} bytes missing{hint})"
             raise DownloadError(msg)
 
 
@@ -183,8 +193,8 @@ class LogDownloader:
         )
         """The autopilot's system and component id, once its HEARTBEAT came."""
         self._autopilot: asyncio.Future[None] | None = None
-        self._listing: LogListing | None = None
-        self._transfer: LogTransfer | None = None
+        self._listing: LogListing | FtpListing | None = None
+        self._transfer: LogTransfer | FtpTransfer | None = None
         self._file: DownloadFile | _RangeBuffer | None = None
         self.fetched = 0
         """LOG_DATA bytes received by :meth:`fetch` (resent ones included)."""
@@ -194,7 +204,7 @@ class LogDownloader:
         """LOG_DATA bytes per second, as the last :meth:`fetch` measured it (0: not yet)."""
         self._done: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
-        self._finals: list[ListingOutput | TransferOutput] = []
+        self._finals: list[CoreOutput] = []
         self._reader: asyncio.Task[None] | None = None
 
     def feed(self, data: bytes) -> bool:
@@ -261,8 +271,32 @@ class LogDownloader:
         )
         raise DownloadError(msg)
 
-    async def download(self, entry: LogEntry, final: Path) -> DownloadedLog:
+    async def list_ftp_files(self) -> tuple[FtpFile, ...] | str:
+        """The ULog files in the vehicle's log folder over MAVLink FTP.
+
+        Returns:
+            The files, or why the vehicle gives none over FTP.
+        """
+        listing = FtpListing()
+        self._listing = listing
+        try:
+            outputs = await self._run(listing.start, listing.handle_timer, listing.next_deadline)
+        finally:
+            self._listing = None
+        for output in outputs:
+            if isinstance(output, FtpListingDone):
+                return output.files
+            if isinstance(output, FtpUnsupported):
+                return output.reason
+        return "no answer"
+
+    async def download(
+        self, entry: LogEntry, final: Path, *, ftp: FtpFile | None = None
+    ) -> DownloadedLog:
         """Download ``entry`` to ``final`` (resuming a partial download there).
+
+        With ``ftp`` (the entry's file, :func:`~ulogstream.download.ftp.files_for_entries`)
+        it is read over MAVLink FTP, else with LOG_REQUEST_DATA.
 
         Raises:
             DownloadError: The vehicle stopped sending (the partial file is kept for a retry).
@@ -273,7 +307,11 @@ class LogDownloader:
             return DownloadedLog(entry, final)
         file = DownloadFile(final, LogIdentity(self.target[0], entry.time_utc, entry.size))
         resumed = sum(end - start for start, end in file.held)
-        transfer = LogTransfer(log_id=entry.id, size=entry.size, held=file.held)
+        transfer: LogTransfer | FtpTransfer = (
+            LogTransfer(log_id=entry.id, size=entry.size, held=file.held)
+            if ftp is None
+            else FtpTransfer(path=ftp.path, size=entry.size, held=file.held)
+        )
         self._file, self._transfer = file, transfer
         started = time.monotonic()
         try:
@@ -295,6 +333,7 @@ class LogDownloader:
             resumed=resumed,
             received=transfer.received,
             requests=transfer.requests,
+            ftp=ftp is not None,
         )
 
     async def fetch(self, entry: LogEntry, start: int, end: int) -> bytes:
@@ -334,17 +373,16 @@ class LogDownloader:
 
     async def _run(
         self,
-        start: Callable[[float], list[ListingOutput]] | Callable[[float], list[TransferOutput]],
-        handle_timer: Callable[[float], list[ListingOutput]]
-        | Callable[[float], list[TransferOutput]],
+        start: Callable[[float], Sequence[CoreOutput]],
+        handle_timer: Callable[[float], Sequence[CoreOutput]],
         next_deadline: Callable[[], float | None],
         *,
         entry: LogEntry | None = None,
-    ) -> list[ListingOutput | TransferOutput]:
+    ) -> list[CoreOutput]:
         """Run one core until it finishes: its timers, checkpoints and progress."""
         loop = asyncio.get_running_loop()
         done = self._done = loop.create_future()
-        finals: list[ListingOutput | TransferOutput] = []
+        finals: list[CoreOutput] = []
         self._finals = finals
         self._execute(start(time.monotonic()))
         checkpoint_at = progress_at = time.monotonic()
@@ -379,12 +417,19 @@ class LogDownloader:
             self._progress(Progress(entry, self._transfer.held.total, self._transfer.rate))
         return finals
 
-    def _execute(self, outputs: list[ListingOutput] | list[TransferOutput]) -> None:
+    def _execute(self, outputs: Sequence[CoreOutput]) -> None:
         for output in outputs:
             match output:
                 case WriteLogData(ofs, data):
                     self._write(ofs, data)
-                case TransferDone() | TransferFailed() | ListingDone() | ListingFailed():
+                case (
+                    TransferDone()
+                    | TransferFailed()
+                    | ListingDone()
+                    | ListingFailed()
+                    | FtpListingDone()
+                    | FtpUnsupported()
+                ):
                     self._finals.append(output)
                     if self._done is not None and not self._done.done():
                         self._done.set_result(None)
@@ -407,6 +452,9 @@ class LogDownloader:
         if self.target is None:
             return
         system_id, component_id = self.target
+        if isinstance(request, FtpMessage):
+            self._send_bytes(self._codec.encode_ftp(request, system_id, component_id))
+            return
         self._send_bytes(self._codec.encode_log_request(request, system_id, component_id))  # type: ignore[arg-type]
 
     def _handle(self, data: bytes) -> bool:
@@ -417,7 +465,7 @@ class LogDownloader:
         """
         now = time.monotonic()
         transfer = self._transfer
-        if transfer is not None:
+        if isinstance(transfer, LogTransfer):
             # A download's common case: one LOG_DATA that continues the file, no message built.
             fields = self._codec.decode_log_data(data)
             if fields is not None:
@@ -432,12 +480,15 @@ class LogDownloader:
                 self._receive_data(transfer, LogData(log_id, ofs, chunk, system_id), now)
                 return True
         for message in self._codec.decode_with_log_download(data):
-            if isinstance(message, LogData):
-                if transfer is not None and message.system_id == self._system_id:
+            if isinstance(message, FtpMessage):
+                if message.system_id == self._system_id:
+                    self._receive_ftp(message, now)
+            elif isinstance(message, LogData):
+                if isinstance(transfer, LogTransfer) and message.system_id == self._system_id:
                     self._receive_data(transfer, message, now)
             elif isinstance(message, LogEntry):
                 listing = self._listing
-                if listing is not None:
+                if isinstance(listing, LogListing):
                     try:
                         self._execute(listing.receive(message, now))
                     except Exception as err:  # noqa: BLE001 (handed to the waiting listing)
@@ -449,6 +500,15 @@ class LogDownloader:
     def _receive_data(self, transfer: LogTransfer, message: LogData, now: float) -> None:
         try:
             self._execute(transfer.receive(message, now))
+        except Exception as err:  # noqa: BLE001 (handed to the waiting download)
+            self._fail(err)
+
+    def _receive_ftp(self, message: FtpMessage, now: float) -> None:
+        core = self._transfer if isinstance(self._transfer, FtpTransfer) else self._listing
+        if not isinstance(core, FtpTransfer | FtpListing):
+            return
+        try:
+            self._execute(core.receive(message, now))
         except Exception as err:  # noqa: BLE001 (handed to the waiting download)
             self._fail(err)
 

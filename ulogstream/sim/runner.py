@@ -29,6 +29,8 @@ from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.transport import ReadableWaiter
 from ulogstream.config.values import parse_connection
 from ulogstream.download.packets import (
+    FtpMessage,
+    FtpOpcode,
     LogData,
     LogEntry,
     LogRequestData,
@@ -444,6 +446,9 @@ class _Shell:
         for output in outputs:
             if isinstance(output, LogData):
                 self._send(codec.encode_log_data(output), None, now)
+            elif isinstance(output, FtpMessage):
+                assert self.sd_card is not None  # noqa: S101 (its answers)
+                self._send(codec.encode_ftp(output, self.sd_card.ftp_target, 0), None, now)
             else:
                 self._send(codec.encode_log_entry(output), None, now)
 
@@ -674,6 +679,10 @@ async def _serve(
                         if sd_card is not None:
                             sd_card.receive(message, now)
                         continue
+                    if isinstance(message, FtpMessage):
+                        if sd_card is not None and message.opcode < FtpOpcode.ACK:
+                            sd_card.receive_ftp(message, now)
+                        continue
                     if isinstance(message, LogEntry | LogData):
                         continue  # another vehicle's answers
                     if inbound is None:
@@ -760,6 +769,7 @@ class SimOptions:
     accept_stop_at_once: bool = False
     stop_at_end: bool = True
     sd_card: bool = False
+    ftp: bool = True
     stream_lead_s: float = 0.0
     armed: bool = False
 
@@ -788,6 +798,7 @@ async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = Non
             system_id=options.system_id,
             bytes_per_s=options.link_rate or DEFAULT_BYTES_PER_S,
             faults=options.faults,
+            ftp=options.ftp,
         )
         data = await asyncio.to_thread(options.log.read_bytes)
         mtime = (await asyncio.to_thread(options.log.stat)).st_mtime
@@ -938,6 +949,11 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         " until stopped",
     )
     link.add_argument(
+        "--no-ftp",
+        action="store_true",
+        help="with --sd-card, answer MAVLink FTP with UnknownCommand (a vehicle without it)",
+    )
+    link.add_argument(
         "--stream-lead",
         type=float,
         default=0.0,
@@ -1070,6 +1086,7 @@ def sim_options_from_args(args: argparse.Namespace) -> SimOptions:
         accept_stop_at_once=bool(args.accept_stop_at_once),
         stop_at_end=not bool(args.hold_end),
         sd_card=bool(args.sd_card),
+        ftp=not bool(args.no_ftp),
         stream_lead_s=stream_lead_s,
         armed=bool(args.armed),
     )

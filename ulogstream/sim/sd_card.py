@@ -11,11 +11,16 @@ SITL's loopback, the link's rate on a radio).
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass
 from typing import Final
 
 from ulogstream.download.packets import (
+    FTP_DATA_MAX,
     LOG_DATA_CHUNK,
+    FtpError,
+    FtpMessage,
+    FtpOpcode,
     LogData,
     LogEntry,
     LogRequestData,
@@ -43,8 +48,26 @@ class SdLog:
     data: bytes
     time_utc: int
 
+    @property
+    def ftp_path(self) -> str:
+        """The log's path over MAVLink FTP."""
+        day, clock = time.strftime("%Y-%m-%d %H_%M_%S", time.gmtime(self.time_utc)).split()
+        return f"{LOG_ROOT}/{day}/{clock}.ulg"
 
-SdCardOutput = LogEntry | LogData
+
+SdCardOutput = LogEntry | LogData | FtpMessage
+
+FTP_FRAME: Final = 10 + 3 + 12 + FTP_DATA_MAX + 2
+"""Wire bytes of one full FTP burst reply (MAVLink 2 header, targets, FTP header, data, crc)."""
+
+FTP_BURST_BYTES: Final = 35_000
+"""PX4's ``mavlink_ftp`` ends a burst (``burst_complete``) once it sent more than this."""
+
+LOG_ROOT: Final = "/log"
+"""Where the card's logs are seen over MAVLink FTP (PX4 SITL's; a board's is
+``/fs/microsd/log``): ``/log/YYYY-MM-DD/HH_MM_SS.ulg``, named by the log's time (UTC)."""
+
+_ENOENT: Final = 2
 
 LOGGER_STALL_S: Final = 1.5
 """What PX4's logger loses from its SD log at a stream's start: it waits while the stream's
@@ -129,6 +152,8 @@ class SdCard:
         system_id: The vehicle's system id (put in the outputs for the shell).
         bytes_per_s: Wire bytes (whole LOG_DATA frames) sent per second at most: a radio's rate.
         faults: Its ``loss`` (and ``seed``) also loses LOG_DATA messages on the link.
+        ftp: Answer MAVLink FTP as PX4's ``mavlink_ftp`` does (False: UNKNOWN_COMMAND, as a
+            vehicle without it).
     """
 
     def __init__(
@@ -137,6 +162,7 @@ class SdCard:
         system_id: int = 1,
         bytes_per_s: float = DEFAULT_BYTES_PER_S,
         faults: FaultConfig = NO_FAULTS,
+        ftp: bool = True,
     ) -> None:
         self.system_id = system_id
         self._loss = faults.loss
@@ -151,7 +177,12 @@ class SdCard:
         self._next_tick: float | None = None
         self._credit = 0.0
         self.requests = 0
-        """LOG_REQUEST_* messages received."""
+        """LOG_REQUEST_* and MAVLink FTP requests received."""
+        self.ftp = ftp
+        self._ftp_replies: list[FtpMessage] = []
+        self._ftp_file: SdLog | None = None  # the open session's file
+        self._burst: tuple[int, int, int] | None = None  # (next ofs, bytes sent, next seq)
+        self._burst_to = 0
 
     def add(self, log: SdLog) -> int:
         """Put ``log`` on the card; returns its id."""
@@ -182,9 +213,78 @@ class SdCard:
             self._credit = LOG_DATA_FRAME  # the first message leaves at once
         return []
 
+    def receive_ftp(self, request: FtpMessage, now: float) -> None:
+        """Take one MAVLink FTP request (one session, as PX4); answers leave from the timer."""
+        self.requests += 1
+        self._burst_to = request.system_id
+        reply = self._ftp_reply(request)
+        if reply is not None:
+            self._ftp_replies.append(reply)
+        if self._next_tick is None:
+            self._next_tick = now
+            self._credit = FTP_FRAME
+
+    def _ftp_reply(self, request: FtpMessage) -> FtpMessage | None:
+        opcode = request.opcode
+        if not self.ftp:
+            return _nak(request, FtpError.UNKNOWN_COMMAND)
+        if opcode == FtpOpcode.LIST_DIRECTORY:
+            return self._list(request)
+        if opcode == FtpOpcode.OPEN_FILE_RO:
+            if self._ftp_file is not None:
+                return _nak(request, FtpError.NO_SESSIONS_AVAILABLE)
+            path = request.data.split(b"\0")[0].decode("utf-8", "replace")
+            found = next((log for log in self.logs if log.ftp_path == path), None)
+            if found is None:
+                return _nak(request, FtpError.FAIL_ERRNO, _ENOENT)
+            self._ftp_file = found
+            return _ack(request, len(found.data).to_bytes(4, "little"))
+        if opcode in {FtpOpcode.TERMINATE_SESSION, FtpOpcode.RESET_SESSIONS}:
+            self._ftp_file = None
+            self._burst = None
+            return _ack(request)
+        file = self._ftp_file
+        if file is None or request.session != 0:
+            return _nak(request, FtpError.INVALID_SESSION)
+        if opcode == FtpOpcode.READ_FILE:
+            if request.offset >= len(file.data):
+                return _nak(request, FtpError.EOF)
+            want = min(FTP_DATA_MAX, request.size or FTP_DATA_MAX)
+            return _ack(request, file.data[request.offset : request.offset + want])
+        if opcode == FtpOpcode.BURST_READ_FILE:
+            self._burst = (request.offset, 0, request.seq + 1)
+            return None  # the burst's packets are the answer
+        return _nak(request, FtpError.UNKNOWN_COMMAND)
+
+    def _list(self, request: FtpMessage) -> FtpMessage:
+        path = request.data.split(b"\0")[0].decode("utf-8", "replace").rstrip("/") or "/"
+        paths = [log.ftp_path for log in self.logs]
+        if path == "/":
+            names = [f"D{LOG_ROOT[1:]}"]
+        elif path == LOG_ROOT:
+            names = [f"D{day}" for day in sorted({p.split("/")[2] for p in paths})]
+        else:
+            names = [
+                f"F{log.ftp_path.rsplit('/', 1)[1]}\t{len(log.data)}"
+                for log in self.logs
+                if log.ftp_path.rsplit("/", 1)[0] == path
+            ]
+            if not names and not path.startswith(LOG_ROOT + "/"):
+                return _nak(request, FtpError.FAIL_ERRNO, _ENOENT)
+        if request.offset and request.offset >= len(names):
+            return _nak(request, FtpError.EOF)
+        data = b""
+        for name in names[request.offset :]:
+            entry = name.encode() + b"\0"
+            if len(data) + len(entry) > FTP_DATA_MAX:
+                break
+            data += entry
+        return _ack(request, data)
+
     def next_deadline(self) -> float | None:
         """When :meth:`handle_timer` must run next (None: nothing to send)."""
-        return self._next_tick if (self._entries or self._sending) else None
+        busy = self._entries or self._sending or self._ftp_replies or self._burst
+        return self._next_tick if busy else None
 
     def handle_timer(self, now: float) -> list[SdCardOutput]:
         """Send what the rate allows since the last tick."""
@@ -208,7 +308,11 @@ class SdCard:
                     )
                 )
         self._entries = []
+        out += self._ftp_replies
+        self._ftp_replies = []
         self._credit = min(self._credit + self._bytes_per_s * TICK_S, self._bytes_per_s)
+        if self._burst is not None:
+            out += self._send_burst()
         if self._sending is not None:
             log_id, ofs, end = self._sending
             data = self.logs[log_id].data
@@ -226,5 +330,59 @@ class SdCard:
                     break
             else:
                 self._sending = (log_id, ofs, end)
-        self._next_tick = now + TICK_S if (self._entries or self._sending) else None
+        busy = self._entries or self._sending or self._ftp_replies or self._burst
+        self._next_tick = now + TICK_S if busy else None
         return out
+
+    def _send_burst(self) -> list[SdCardOutput]:
+        """The burst's packets the rate allows: 239 bytes each, to its end or 35 kB."""
+        assert self._burst is not None  # noqa: S101 (called while a burst runs)
+        file = self._ftp_file
+        ofs, sent, seq = self._burst
+        out: list[SdCardOutput] = []
+        while self._credit >= FTP_FRAME:
+            self._credit -= FTP_FRAME
+            if file is None or ofs >= len(file.data):
+                self._burst = None
+                eof = FtpMessage(seq, 0, FtpOpcode.NAK, FtpOpcode.BURST_READ_FILE, offset=ofs,
+                                 data=bytes((FtpError.EOF,)), system_id=self.system_id)  # fmt: skip
+                return [*out, eof]
+            chunk = file.data[ofs : ofs + FTP_DATA_MAX]
+            sent += len(chunk)
+            complete = sent > FTP_BURST_BYTES
+            reply = FtpMessage(
+                seq, 0, FtpOpcode.ACK, FtpOpcode.BURST_READ_FILE, complete, ofs, chunk,
+                system_id=self.system_id,
+            )  # fmt: skip
+            self._sent += 1
+            if self._rng.chance(self._loss, Draw.LOG_DATA_LOSS, self._sent):
+                self.lost += 1
+            else:
+                out.append(reply)
+            ofs += len(chunk)
+            seq = (seq + 1) & 0xFFFF
+            if complete:
+                self._burst = None
+                return out
+        self._burst = (ofs, sent, seq)
+        return out
+
+    @property
+    def ftp_target(self) -> int:
+        """The system id of the last MAVLink FTP request's sender (the replies' target)."""
+        return self._burst_to
+
+
+def _ack(request: FtpMessage, data: bytes = b"") -> FtpMessage:
+    return FtpMessage(
+        (request.seq + 1) & 0xFFFF, request.session, FtpOpcode.ACK, request.opcode,
+        offset=request.offset, data=data,
+    )  # fmt: skip
+
+
+def _nak(request: FtpMessage, error: FtpError, errno: int | None = None) -> FtpMessage:
+    data = bytes((error,)) if errno is None else bytes((error, errno))
+    return FtpMessage(
+        (request.seq + 1) & 0xFFFF, request.session, FtpOpcode.NAK, request.opcode,
+        offset=request.offset, data=data,
+    )  # fmt: skip
