@@ -10,6 +10,7 @@ import pytest
 from ulogstream.download.ftp import (
     LOG_ROOTS,
     READ_HOLE_MAX,
+    RESPONSE_FLOOR_S,
     FtpFile,
     FtpListing,
     FtpListingDone,
@@ -19,7 +20,12 @@ from ulogstream.download.ftp import (
     FtpUnsupported,
 )
 from ulogstream.download.packets import FTP_DATA_MAX, FtpError, FtpMessage, FtpOpcode
-from ulogstream.download.transfer import TransferDone, TransferFailed, WriteLogData
+from ulogstream.download.transfer import (
+    RESPONSE_TIMEOUT_S,
+    TransferDone,
+    TransferFailed,
+    WriteLogData,
+)
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.sd_card import FTP_BURST_BYTES, SdCard, SdLog
 
@@ -199,3 +205,21 @@ def test_a_nak_error_name_and_the_hole_size_bound() -> None:
     nak = FtpMessage(2, 0, FtpOpcode.NAK, FtpOpcode.OPEN_FILE_RO, data=bytes((FtpError.EOF,)))
     assert nak.error == FtpError.EOF
     assert READ_HOLE_MAX < FTP_BURST_BYTES
+
+
+def test_once_a_round_trip_is_measured_a_lost_request_costs_a_few_of_them() -> None:
+    """Not the first request's 1.5 s: five round trips, at least :data:`RESPONSE_FLOOR_S`."""
+    card = card_with_log()
+    transfer = FtpTransfer(path=PATH, size=len(LOG))
+    (open_request,) = transfer.start(0.0)
+    assert transfer.next_deadline() == RESPONSE_TIMEOUT_S
+    assert isinstance(open_request, FtpMessage)
+    card.receive_ftp(open_request, 0.0)
+    (reply,) = card.handle_timer(0.01)
+    assert isinstance(reply, FtpMessage)
+    (read,) = transfer.receive(reply, 0.01)
+    assert isinstance(read, FtpMessage)
+    assert read.opcode == FtpOpcode.BURST_READ_FILE
+    assert transfer.round_trip_s == pytest.approx(0.01)
+    # A burst's deadline is its silence; with none of its data yet, the request's timeout.
+    assert transfer.next_deadline() == pytest.approx(0.01 + RESPONSE_FLOOR_S)

@@ -38,6 +38,10 @@ LOG_ROOTS: Final = ("/fs/microsd/log", "/log")
 BURST_IDLE_S: Final = 0.3
 """Silence mid-burst after which the burst counts as over (its answers were lost)."""
 
+RESPONSE_FLOOR_S: Final = 0.25
+"""The shortest wait for an answer once round trips are measured (five of them, at least this):
+a lost request or reply costs this, not a radio's worst case."""
+
 READ_HOLE_MAX: Final = 4 * FTP_DATA_MAX
 """Holes up to this long are asked for with ``ReadFile`` (a burst would resend up to 35 kB)."""
 
@@ -260,7 +264,8 @@ class FtpTransfer:
         self.rate = 0.0
         """Received bytes per second since the first data (0 until measured)."""
         self.round_trip_s = 0.0
-        """The open's request to its answer."""
+        """A request to its answer, averaged (0 until measured)."""
+        self._response_timeout_s = response_timeout_s
         self._first_data_at: float | None = None
         self._last_data_at = 0.0
         self._open = False
@@ -320,6 +325,13 @@ class FtpTransfer:
         pending = requests.pending
         assert pending is not None  # noqa: S101 (answers() checked it)
         requests.deadline = None
+        if requests.tries == 1:  # a round trip of its own: wait a few of them, not 1.5 s
+            sample = now - requests.sent_at
+            rtt = sample if not self.round_trip_s else 0.75 * self.round_trip_s + 0.25 * sample
+            self.round_trip_s = rtt
+            requests.response_timeout_s = min(
+                self._response_timeout_s, max(RESPONSE_FLOOR_S, 5 * rtt)
+            )
         if pending.opcode == FtpOpcode.RESET_SESSIONS:
             return [requests.new(FtpOpcode.OPEN_FILE_RO, now, data=self.path.encode())]
         if pending.opcode == FtpOpcode.OPEN_FILE_RO:
@@ -339,7 +351,6 @@ class FtpTransfer:
                 self._reset = True  # a session left open (a killed client): PX4 has one
                 return [self._requests.new(FtpOpcode.RESET_SESSIONS, now)]
             return self._finish(self._failed(f"the vehicle cannot open it: {_error_name(reply)}"))
-        self.round_trip_s = now - self._requests.sent_at
         size = int.from_bytes(reply.data[:4], "little") if len(reply.data) >= 4 else -1  # noqa: PLR2004
         if size != self.size:
             return self._finish(self._failed(f"it has {size} bytes, not the {self.size} listed"))
