@@ -33,7 +33,6 @@ from ulogstream.adapters.sd_notify import Notifier, watchdog_interval
 from ulogstream.adapters.serial_transport import SerialTransport
 from ulogstream.adapters.udp_transport import UdpTransport
 from ulogstream.errors import LinkError
-from ulogstream.recorder.flights import FlightBackfill
 from ulogstream.recorder.pipeline import Pipeline, _drop
 from ulogstream.recorder.status import (
     RecorderStatus,
@@ -64,6 +63,7 @@ if TYPE_CHECKING:
     from ulogstream.live.outbox import MqttMessage
     from ulogstream.mavlink_codec import MavlinkCodec
     from ulogstream.recorder.decoding import Publisher
+    from ulogstream.recorder.flights import FlightBackfill
     from ulogstream.recorder.wiring import RecorderParts
     from ulogstream.upload.info import FinishedLogInfo
     from ulogstream.upload.targets import Uploaded
@@ -242,6 +242,9 @@ class Recorder:
         self.flights: FlightBackfill | None = None
         """Completes each flight from the SD log (``while_armed`` with backfill), or None."""
         if parts.backfill_max_bytes is not None:
+            # The download and backfill machinery (~60 ms of imports) only when it is on.
+            from ulogstream.recorder.flights import FlightBackfill  # noqa: PLC0415
+
             self.flights = FlightBackfill(
                 out_dir=parts.out_dir,
                 max_bytes=parts.backfill_max_bytes,
