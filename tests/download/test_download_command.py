@@ -330,8 +330,14 @@ async def test_a_stream_started_into_the_flight_is_completed_to_every_row_of_the
 
 
 @pytest.mark.asyncio
-async def test_download_over_a_serial_port_is_byte_identical(tmp_path: Path) -> None:
-    """A USB autopilot: the simulator's pseudo-terminal, read as a serial port."""
+@pytest.mark.parametrize(("baud", "ftp"), [("", False), (":57600", True), (":57600", False)])
+async def test_download_over_a_serial_port_is_byte_identical(
+    tmp_path: Path, baud: str, *, ftp: bool
+) -> None:
+    """A USB autopilot or a radio: the simulator's pseudo-terminal, read as a serial port.
+
+    On a radio's baud rate the log comes over MAVLink FTP unless ``--no-ftp`` says otherwise.
+    """
     flight = make_flight(tmp_path, duration_s=8, seed=11)
     device = tmp_path / "ttyACM0"
     sim = Process(
@@ -345,12 +351,14 @@ async def test_download_over_a_serial_port_is_byte_identical(tmp_path: Path) -> 
                 break
             await asyncio.sleep(0.05)
         out = tmp_path / "out"
-        fetch = Process(["download", str(device), "--out", str(out)], tmp_path)
+        words = [] if ftp or not baud else ["--no-ftp"]
+        fetch = Process(["download", f"{device}{baud}", *words, "--out", str(out)], tmp_path)
         assert await fetch.await_exit(limit=60) == 0, fetch.stderr()
     finally:
         sim.kill()
     (path,) = downloads(out)
     assert path.read_bytes() == flight.data
+    assert ("MAVLink FTP)" in fetch.stdout()) is ftp
 
 
 @pytest.mark.asyncio

@@ -30,6 +30,10 @@ RECEIVE_BUFFER = 8 << 20
 """A download's UDP receive buffer: PX4 sends a log at ~8 MB/s on a loopback or Ethernet link,
 faster than Python reads it in bursts (the kernel caps it at ``net.core.rmem_max``)."""
 
+RADIO_BAUD_MAX = 230_400
+"""Serial links this fast or slower are taken for a telemetry radio: ``download`` reads over
+MAVLink FTP there (a USB autopilot's port is opened at 921600 and more; its baud means nothing)."""
+
 UNFILLED_SHOWN = 10
 """Gaps left as they were that the backfill summary names one by one."""
 
@@ -90,12 +94,19 @@ def configure_download(parser: argparse.ArgumentParser) -> None:
         "--id", type=int, action="append", dest="ids", metavar="N", help="download log N"
     )
     which.add_argument("--all", action="store_true", help="download every log")
-    parser.add_argument(
+    via = parser.add_mutually_exclusive_group()
+    via.add_argument(
         "--ftp",
-        action="store_true",
-        help="read the logs over MAVLink FTP (239 bytes a packet, not 90: about 10 %% faster on"
-        " a radio; on PX4 over USB, UDP or Ethernet LOG_REQUEST_DATA is several times faster);"
-        " without FTP on the vehicle, LOG_REQUEST_DATA",
+        action="store_const",
+        const=True,
+        dest="ftp",
+        help="read the logs over MAVLink FTP (239 bytes a packet, not 90: about 15 %% faster on"
+        " a radio; on PX4 over USB, UDP or Ethernet LOG_REQUEST_DATA is several times faster)."
+        f" Default: FTP on a serial port at {RADIO_BAUD_MAX} baud or less (a telemetry radio),"
+        " LOG_REQUEST_DATA elsewhere; without FTP on the vehicle, LOG_REQUEST_DATA",
+    )
+    via.add_argument(
+        "--no-ftp", action="store_const", const=False, dest="ftp", help="use LOG_REQUEST_DATA"
     )
     parser.add_argument(
         "--out",
@@ -126,7 +137,7 @@ def run_download(args: argparse.Namespace) -> int:
                 sys.stdout.write(listing_text(entries))
                 return 0
             wanted = chosen(entries, args)
-            files = await _ftp_files(downloader, wanted, parts) if args.ftp else {}
+            files = await _ftp_files(downloader, wanted, parts) if use_ftp(args, parts) else {}
             for entry in wanted:
                 path = log_path(args.out, entry)
                 if already_downloaded(path, entry.size) and linked_before:
@@ -155,6 +166,18 @@ def run_download(args: argparse.Namespace) -> int:
                 await _until_present(Path(device), REPLUG_WAIT_S, err)
 
     return run_quietly(main())
+
+
+def use_ftp(args: argparse.Namespace, parts: LinkParts) -> bool:
+    """``--ftp``, ``--no-ftp``, else MAVLink FTP where it is the faster: a radio's serial port.
+
+    On PX4 the log handler sends as fast as the link takes it, its FTP server at its loop's
+    pace (0.8 MB/s on SITL); where the link is slower than that, FTP's larger packets win.
+    """
+    if args.ftp is not None:
+        return bool(args.ftp)
+    connection = parts.connection
+    return connection.device is not None and (connection.baud or 0) <= RADIO_BAUD_MAX
 
 
 async def _ftp_files(
