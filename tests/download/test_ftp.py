@@ -175,6 +175,9 @@ def test_a_session_left_open_is_reset_and_a_wrong_size_or_missing_file_refused()
     (failed,) = run(FtpTransfer(path=PATH, size=len(LOG) + 1), card_with_log())[0]
     assert isinstance(failed, TransferFailed)
     assert failed.reason == f"it has {len(LOG)} bytes, not the {len(LOG) + 1} listed"
+    grown, written, _ = run(FtpTransfer(path=PATH, size=1000), card_with_log())
+    assert grown == [TransferDone(1000)]  # a log still being written: its listed bytes
+    assert assembled(written) == LOG[:1000]
     (failed,) = run(FtpTransfer(path="/log/nope.ulg", size=10), card_with_log())[0]
     assert isinstance(failed, TransferFailed)
     assert failed.reason == "the vehicle cannot open it: FAIL_ERRNO (errno 2)"
