@@ -255,12 +255,7 @@ class LogDownloader:
             DownloadError: The vehicle did not answer the listing.
         """
         assert self.target is not None  # noqa: S101 (after __aenter__)
-        listing = LogListing(system_id=self.target[0])
-        self._listing = listing
-        try:
-            outputs = await self._run(listing.start, listing.handle_timer, listing.next_deadline)
-        finally:
-            self._listing = None
+        outputs = await self._run_listing(LogListing(system_id=self.target[0]))
         for output in outputs:
             if isinstance(output, ListingDone):
                 return output.entries
@@ -277,18 +272,20 @@ class LogDownloader:
         Returns:
             The files, or why the vehicle gives none over FTP.
         """
-        listing = FtpListing()
-        self._listing = listing
-        try:
-            outputs = await self._run(listing.start, listing.handle_timer, listing.next_deadline)
-        finally:
-            self._listing = None
-        for output in outputs:
+        for output in await self._run_listing(FtpListing()):
             if isinstance(output, FtpListingDone):
                 return output.files
             if isinstance(output, FtpUnsupported):
                 return output.reason
         return "no answer"
+
+    async def _run_listing(self, listing: LogListing | FtpListing) -> list[CoreOutput]:
+        """Run a listing core until it finishes: its answers are handed to it meanwhile."""
+        self._listing = listing
+        try:
+            return await self._run(listing.start, listing.handle_timer, listing.next_deadline)
+        finally:
+            self._listing = None
 
     async def download(
         self, entry: LogEntry, final: Path, *, ftp: FtpFile | None = None
