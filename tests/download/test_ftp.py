@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import replace
 
@@ -11,6 +12,7 @@ from ulogstream.download.ftp import (
     LOG_ROOTS,
     READ_HOLE_MAX,
     RESPONSE_FLOOR_S,
+    SEQ_STEP,
     FtpFile,
     FtpListing,
     FtpListingDone,
@@ -226,3 +228,28 @@ def test_once_a_round_trip_is_measured_a_lost_request_costs_a_few_of_them() -> N
     assert transfer.round_trip_s == pytest.approx(0.01)
     # A burst's deadline is its silence; with none of its data yet, the request's timeout.
     assert transfer.next_deadline() == pytest.approx(0.01 + RESPONSE_FLOOR_S)
+
+
+def test_a_resent_request_gets_the_last_short_reply_again_so_new_requests_step_past_bursts() -> (
+    None
+):
+    """As PX4: a request whose seq + 1 is the last short reply's is taken for a resend."""
+    card = card_with_log()
+    open_request = FtpMessage(10, 0, FtpOpcode.OPEN_FILE_RO, data=PATH.encode())
+    card.receive_ftp(open_request, 0.0)
+    (opened,) = card.handle_timer(0.0)
+    card.receive_ftp(open_request, 0.1)  # the ACK was lost: the same request again
+    (again,) = card.handle_timer(0.1)
+    assert again == opened  # not NoSessionsAvailable: the vehicle did not open it twice
+    # A burst's EOF NAK is a short reply too: a request whose seq + 1 hits it would be taken
+    # for a resend, so each new request steps past the longest burst.
+    card.receive_ftp(FtpMessage(20, 0, FtpOpcode.BURST_READ_FILE, offset=len(LOG) - 300), 0.2)
+    (_first, _second, eof) = card.handle_timer(0.2)
+    assert isinstance(eof, FtpMessage)
+    assert (eof.opcode, eof.seq) == (FtpOpcode.NAK, 23)
+    card.receive_ftp(FtpMessage(22, 0, FtpOpcode.READ_FILE, offset=0, size=10), 0.3)
+    assert card.handle_timer(0.3) == [eof]  # what a step of 2 would have got
+    assert SEQ_STEP > FTP_BURST_BYTES // FTP_DATA_MAX + 2
+    _, _, sent = run(FtpTransfer(path=PATH, size=len(LOG)), card_with_log())
+    steps = {(b.seq - a.seq) & 0xFFFF for a, b in itertools.pairwise(sent)}
+    assert steps == {SEQ_STEP}

@@ -2,9 +2,10 @@
 
 MAVLink FTP (https://mavlink.io/en/services/ftp.html) as PX4's ``mavlink_ftp`` serves it: one
 session; a request is answered by one ACK or NAK whose ``seq`` is the request's plus one, and a
-request sent again with the same ``seq`` gets the last answer again (so a lost answer is asked
-for by resending). ``BurstReadFile`` streams the file from an offset in 239-byte ACKs until it
-has sent 35 kB (the last one says ``burst_complete``) or reaches the end (a NAK ``EOF``).
+request sent again with the same ``seq`` gets the last short answer again (so a lost answer is
+asked for by resending; see :data:`SEQ_STEP`). ``BurstReadFile`` streams the file from an
+offset in 239-byte ACKs until it has sent 35 kB (the last one says ``burst_complete``) or
+reaches the end (a NAK ``EOF``).
 
 :class:`FtpListing` finds the ULog files under the log folder (``/fs/microsd/log`` on a board,
 ``/log`` on SITL): their paths and sizes. :class:`FtpTransfer` reads one file: it opens it,
@@ -41,6 +42,12 @@ BURST_IDLE_S: Final = 0.3
 RESPONSE_FLOOR_S: Final = 0.25
 """The shortest wait for an answer once round trips are measured (five of them, at least this):
 a lost request or reply costs this, not a radio's worst case."""
+
+SEQ_STEP: Final = 256
+"""How far each new request's ``seq`` moves on. PX4 takes a request whose ``seq`` + 1 is its
+last short reply's for a resend and answers that reply again; a burst's last reply (its EOF
+NAK) carries the burst's ``seq`` + up to 148, so a step of 2 could make the next request look
+like a resend of it."""
 
 READ_HOLE_MAX: Final = 4 * FTP_DATA_MAX
 """Holes up to this long are asked for with ``ReadFile`` (a burst would resend up to 35 kB)."""
@@ -89,7 +96,7 @@ class _Requests:
     def new(
         self, opcode: FtpOpcode, now: float, *, data: bytes = b"", offset: int = 0, size: int = 0
     ) -> FtpMessage:
-        self.seq = (self.seq + 2) & 0xFFFF  # a reply takes seq + 1
+        self.seq = (self.seq + SEQ_STEP) & 0xFFFF  # its burst's replies count on from seq + 1
         request = FtpMessage(self.seq, 0, opcode, offset=offset, data=data, size=size or None)
         self.pending = request
         self.tries = 0
@@ -98,7 +105,7 @@ class _Requests:
     def renew(self, now: float) -> FtpMessage:
         """The pending request again under a new ``seq`` (counted as another try)."""
         assert self.pending is not None  # noqa: S101 (a request is pending)
-        self.seq = (self.seq + 2) & 0xFFFF
+        self.seq = (self.seq + SEQ_STEP) & 0xFFFF
         self.pending = replace(self.pending, seq=self.seq)
         return self.send(now)
 

@@ -182,6 +182,7 @@ class SdCard:
         self._ftp_replies: list[FtpMessage] = []
         self._ftp_file: SdLog | None = None  # the open session's file
         self._burst: tuple[int, int, int] | None = None  # (next ofs, bytes sent, next seq)
+        self._last_reply: FtpMessage | None = None  # kept for a resent request, as PX4 does
         self._burst_to = 0
 
     def add(self, log: SdLog) -> int:
@@ -217,12 +218,23 @@ class SdCard:
         """Take one MAVLink FTP request (one session, as PX4); answers leave from the timer."""
         self.requests += 1
         self._burst_to = request.system_id
-        reply = self._ftp_reply(request)
-        if reply is not None:
-            self._ftp_replies.append(reply)
+        last = self._last_reply
+        if last is not None and (request.seq + 1) & 0xFFFF == last.seq:
+            self._ftp_replies.append(last)  # PX4 takes it for a resend: its answer again
+        else:
+            self._last_reply = None
+            reply = self._ftp_reply(request)
+            if reply is not None:
+                self._ftp_replies.append(reply)
+                self._keep_if_short(reply)
         if self._next_tick is None:
             self._next_tick = now
             self._credit = FTP_FRAME
+
+    def _keep_if_short(self, reply: FtpMessage) -> None:
+        """PX4 keeps its last reply of 4 data bytes or fewer (ACKs, NAKs, an open's size)."""
+        if len(reply.data) <= 4:  # noqa: PLR2004 (PX4's sizeof(uint32_t))
+            self._last_reply = reply
 
     def _ftp_reply(self, request: FtpMessage) -> FtpMessage | None:
         opcode = request.opcode
@@ -346,6 +358,7 @@ class SdCard:
                 self._burst = None
                 eof = FtpMessage(seq, 0, FtpOpcode.NAK, FtpOpcode.BURST_READ_FILE, offset=ofs,
                                  data=bytes((FtpError.EOF,)), system_id=self.system_id)  # fmt: skip
+                self._keep_if_short(eof)
                 return [*out, eof]
             chunk = file.data[ofs : ofs + FTP_DATA_MAX]
             sent += len(chunk)
