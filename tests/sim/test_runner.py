@@ -16,7 +16,7 @@ from support.waiting import eventually
 
 from ulogstream.adapters.tcp_transport import TcpServerTransport, TcpTransport
 from ulogstream.adapters.udp_transport import UdpTransport
-from ulogstream.errors import ConfigError
+from ulogstream.errors import ConfigError, ULogFormatError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.sim.faults import FaultConfig
 from ulogstream.sim.runner import (
@@ -514,3 +514,15 @@ async def test_an_unanswered_acked_packet_ends_the_stream_with_an_ack_timeout(
     assert summary.ack_timeouts == 1
     assert summary.stats.frames_sent == 50  # 50 tries, 50 ms apart
     assert "1 ack timeouts" in caplog.text
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("sd_card", [False, True])
+async def test_run_sim_names_a_file_that_is_not_a_ulog(tmp_path: Path, *, sd_card: bool) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"not a log at all")
+    options = SimOptions(
+        log=path, connection="udpout:127.0.0.1:9", sd_card=sd_card, stream_lead_s=2.0 * sd_card
+    )
+    with pytest.raises(ULogFormatError, match=f"{path} is not a ULog file"):
+        await run_sim(options)

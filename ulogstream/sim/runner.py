@@ -37,7 +37,7 @@ from ulogstream.download.packets import (
     LogRequestEnd,
     LogRequestList,
 )
-from ulogstream.errors import ConfigError, LinkError
+from ulogstream.errors import ConfigError, LinkError, ULogFormatError
 from ulogstream.mavlink_codec import MAV_AUTOPILOT_PX4, MAV_TYPE_QUADROTOR, MavlinkCodec
 from ulogstream.sim.faults import NO_FAULTS, DelayLine, FaultConfig, corrupt_frame
 from ulogstream.sim.sd_card import (
@@ -67,6 +67,7 @@ from ulogstream.sim.vehicle import (
     delivered_packet,
 )
 from ulogstream.stream.packets import MAV_MODE_FLAG_SAFETY_ARMED
+from ulogstream.ulog.spec import MAGIC
 
 if TYPE_CHECKING:
     import argparse
@@ -792,7 +793,11 @@ class SimOptions:
 async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = None) -> SimSummary:
     """Run ``ulogstream sim`` with ``options`` (see :func:`run_vehicle` for what may be raised)."""
     sd_card = None
-    source: Path | bytes = options.log
+    data = await asyncio.to_thread(options.log.read_bytes)
+    if not data.startswith(MAGIC):
+        msg = f"{options.log} is not a ULog file: the simulated vehicle streams a PX4 log (.ulg)"
+        raise ULogFormatError(msg, offset=0)
+    source = data
     if options.sd_card:
         sd_card = SdCard(
             system_id=options.system_id,
@@ -800,7 +805,6 @@ async def run_sim(options: SimOptions, *, stop_event: asyncio.Event | None = Non
             faults=options.faults,
             ftp=options.ftp,
         )
-        data = await asyncio.to_thread(options.log.read_bytes)
         mtime = (await asyncio.to_thread(options.log.stat)).st_mtime
         if options.stream_lead_s:
             source, data = split_at_stream_start(data, options.stream_lead_s)
