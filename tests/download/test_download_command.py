@@ -136,13 +136,19 @@ async def test_lost_log_data_is_asked_for_again_until_the_file_is_whole(tmp_path
 
 
 @pytest.mark.asyncio
-async def test_an_interrupted_download_resumes_where_it_stopped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ftp_first", [True, False])
+async def test_an_interrupted_download_resumes_where_it_stopped(
+    tmp_path: Path, *, ftp_first: bool
+) -> None:
+    """Either protocol resumes what the other left: the sidecar names bytes, not requests."""
     flight = make_flight(tmp_path, duration_s=30, seed=5)
     port = free_udp_port()
     sim = vehicle(tmp_path, flight.path, port, "--rate", "300000")  # several seconds
     out = tmp_path / "out"
+    via = ["--ftp"] if ftp_first else ["--no-ftp"]
+    then = ["--no-ftp"] if ftp_first else ["--ftp"]
     try:
-        first = Process(["download", f"udpin:127.0.0.1:{port}", "--out", str(out)], tmp_path)
+        first = Process(["download", f"udpin:127.0.0.1:{port}", *via, "--out", str(out)], tmp_path)
         for _ in range(200):  # until a checkpoint names some bytes
             sidecars = list(out.rglob(f"*{SIDECAR_SUFFIX}"))
             if sidecars and json.loads(sidecars[0].read_text())["held"]:
@@ -155,7 +161,7 @@ async def test_an_interrupted_download_resumes_where_it_stopped(tmp_path: Path) 
         held = sum(end - start for start, end in json.loads(sidecar.read_text())["held"])
         assert 0 < held < len(flight.data)
         second = Process(
-            ["download", f"udpin:127.0.0.1:{port}", "--out", str(out)], tmp_path, name="2"
+            ["download", f"udpin:127.0.0.1:{port}", *then, "--out", str(out)], tmp_path, name="2"
         )
         assert await second.await_exit(limit=60) == 0, second.stderr()
     finally:
@@ -163,6 +169,7 @@ async def test_an_interrupted_download_resumes_where_it_stopped(tmp_path: Path) 
     (path,) = downloads(out)
     assert path.read_bytes() == flight.data
     assert "MB of it resumed" in second.stdout()
+    assert ("MAVLink FTP)" in second.stdout()) is not ftp_first
     assert not sidecar.exists()
 
 
