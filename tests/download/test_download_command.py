@@ -324,7 +324,7 @@ async def test_a_stream_started_into_the_flight_is_completed_to_every_row_of_the
     The recording lacks the start and has the link's losses; completed, it holds every row of
     the SD log and nothing the SD log lacks.
     """
-    flight = make_flight(tmp_path, duration_s=15, seed=8)
+    flight = make_flight(tmp_path, duration_s=9, seed=8)
     record = await record_flight(tmp_path, flight.path, vehicle_words=("--stream-lead", "2"))
     (recording,) = downloads(tmp_path / "rec")
     sd = tmp_path / "sd.ulg"

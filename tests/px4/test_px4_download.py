@@ -41,7 +41,7 @@ async def test_download_latest_is_the_sd_log_byte_for_byte_also_over_a_lossy_lin
     tmp_path: Path,
 ) -> None:
     with px4_sitl(tmp_path / "px4", instance=6, log="file", sdlog_mode=1) as px4:
-        sd = finished_sd_log(px4, 8)
+        sd = finished_sd_log(px4, 5)
         listing = Process(
             ["download", f"udpin:127.0.0.1:{px4.onboard_port}", "--list"], tmp_path, name="ls"
         )
