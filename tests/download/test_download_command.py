@@ -143,17 +143,20 @@ async def test_an_interrupted_download_resumes_where_it_stopped(
     """Either protocol resumes what the other left: the sidecar names bytes, not requests."""
     flight = make_flight(tmp_path, duration_s=30, seed=5)
     port = free_udp_port()
-    sim = vehicle(tmp_path, flight.path, port, "--rate", "300000")  # several seconds
+    sim = vehicle(tmp_path, flight.path, port, "--rate", "200000")  # about 8 s of transfer
     out = tmp_path / "out"
     via = ["--ftp"] if ftp_first else ["--no-ftp"]
     then = ["--no-ftp"] if ftp_first else ["--ftp"]
     try:
         first = Process(["download", f"udpin:127.0.0.1:{port}", *via, "--out", str(out)], tmp_path)
-        for _ in range(200):  # until a checkpoint names some bytes
+        checkpointed = False
+        for _ in range(600):  # until a checkpoint names some bytes (30 s for a loaded machine)
             sidecars = list(out.rglob(f"*{SIDECAR_SUFFIX}"))
             if sidecars and json.loads(sidecars[0].read_text())["held"]:
+                checkpointed = True
                 break
             await asyncio.sleep(0.05)
+        assert checkpointed, f"no checkpoint named any bytes: {first.stderr()}"
         first.send_signal(signal.SIGINT)
         assert await first.await_exit(limit=30) != 0
         assert not downloads(out)
