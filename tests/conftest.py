@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -31,6 +32,20 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from support.processes import Process
+
+
+@pytest.fixture(autouse=True)
+def _subprocesses_take_ctrl_c() -> None:
+    """Let the ``ulogstream`` subprocesses a test starts take Ctrl-C (SIGINT) as a user's.
+
+    A suite started as a background job (``cmd &`` in a script, some CI runners) inherits
+    SIGINT ignored, and so would every process it starts: a test's Ctrl-C to a recorder or a
+    download would do nothing and the process would run on to its end. With a handler in the
+    test process, the processes it starts get SIGINT's default again. Checked before each test,
+    in case anything in the process set it ignored meanwhile.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

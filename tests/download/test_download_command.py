@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -25,8 +27,6 @@ from ulogstream.sim.flightlog import generate_flight_log
 from ulogstream.sim.sd_card import split_at_stream_start
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from support.broker import Broker
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,6 +77,15 @@ async def record_flight(
     finally:
         sim.kill()
     return record
+
+
+def _ignored_signals(pid: int) -> str:
+    """The signals process ``pid`` ignores, as Linux says (``SigIgn``), for a failure's message."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return line
+    return "SigIgn unknown"
 
 
 def downloads(out: Path) -> list[Path]:
@@ -157,8 +166,9 @@ async def test_an_interrupted_download_resumes_where_it_stopped(
                 break
             await asyncio.sleep(0.05)
         assert checkpointed, f"no checkpoint named any bytes: {first.stderr()}"
+        ignored = _ignored_signals(first.pid)
         first.send_signal(signal.SIGINT)
-        assert await first.await_exit(limit=30) != 0
+        assert await first.await_exit(limit=30) != 0, f"Ctrl-C did nothing ({ignored})"
         assert not downloads(out)
         (sidecar,) = out.rglob(f"*{SIDECAR_SUFFIX}")
         held = sum(end - start for start, end in json.loads(sidecar.read_text())["held"])
