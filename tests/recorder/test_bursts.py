@@ -5,13 +5,15 @@ Only in a log's data phase, never when an ack (or anything but LOGGING_DATA) may
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 from support.end_to_end import recorder_settings
 
 from ulogstream.mavlink_codec import MAV_AUTOPILOT_PX4, MAV_TYPE_QUADROTOR, MavlinkCodec
-from ulogstream.recorder.recorder import DATA_PAUSE_S
+from ulogstream.recorder.recorder import DATA_PAUSE_S, HELLO_INTERVAL_S
 from ulogstream.recorder.wiring import build_recorder
 
 if TYPE_CHECKING:
@@ -62,3 +64,25 @@ async def test_one_vehicles_data_phase_never_slows_anothers_header(tmp_path: Pat
     assert after(recorder, data(2, system_id=1), data(3, system_id=1)) == 0.0  # 2 waits
     assert after(recorder, data(1, acked=True, system_id=2), data(4, system_id=1)) == 0.0
     assert after(recorder, data(2, system_id=2)) == DATA_PAUSE_S  # both stream data now
+
+
+@pytest.mark.asyncio
+async def test_a_deadline_set_by_a_burst_wakes_the_sleeping_timer(tmp_path: Path) -> None:
+    # The timer loop sleeps until its earliest deadline (or a long tick): a new vehicle's
+    # deadlines, set while it sleeps, must wake it, not wait for its own wake-up.
+    recorder = build_recorder(recorder_settings("udpin:127.0.0.1:0", tmp_path))
+    now = time.monotonic()
+    recorder._hello(now)  # no vehicle yet: our next HEARTBEAT is due in a second
+    sleeping = asyncio.ensure_future(recorder._timer_sleep(now + 0.9))
+    await asyncio.sleep(0)
+    assert after(recorder) == 0.0
+    assert recorder._next_deadline() == pytest.approx(now + HELLO_INTERVAL_S)
+    await asyncio.sleep(0)
+    assert not sleeping.done()  # nothing due before its wake-up: it sleeps on
+    heartbeat = vehicle().encode_heartbeat(mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4)
+    recorder._route(heartbeat, time.monotonic())  # the autopilot: its identity is asked for
+    deadline = recorder._next_deadline()
+    assert deadline is not None
+    assert deadline < now + 0.9
+    recorder._burst_pause()
+    await asyncio.wait_for(sleeping, 0.2)

@@ -166,8 +166,10 @@ class UdpTransport:
         """
         recvfrom = self._sock.recvfrom
         follow_sender = self._follow_sender
+        last_sender: object = None
 
         def on_readable() -> float:
+            nonlocal last_sender
             for count in range(MAX_BURST):
                 try:
                     data, sender = recvfrom(MAX_DATAGRAM)
@@ -179,7 +181,8 @@ class UdpTransport:
                 except OSError as err:
                     msg = f"{self._name}: socket failed: {err.strerror or err}"
                     raise LinkError(msg) from err
-                if follow_sender:
+                if follow_sender and sender != last_sender:  # nearly always the same one
+                    last_sender = sender
                     self._peer = (str(sender[0]), int(sender[1]))
                 handle(data)
             return 0.0  # more may be waiting: the loop calls again at its next turn

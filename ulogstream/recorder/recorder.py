@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import signal
 import time
 from functools import partial
@@ -108,8 +109,18 @@ packet of the data phase (a topic subscribed late, a perf report) is acked at mo
 later: the ack round trip stays under 5 ms."""
 
 
-TIMER_TICK_S = 0.05
-"""Longest sleep of the timer loop: deadlines set while it sleeps are late by at most this."""
+TIMER_TICK_S = 0.25
+"""Longest sleep of the timer loop, which sleeps until the earliest deadline.
+
+A deadline set while it sleeps, earlier than its wake-up (a packet held for reordering, a
+command to send again, a new vehicle), wakes it after the burst of datagrams that set it
+(:meth:`Recorder._wake_timer_if_due`). Only what has no deadline waits for the tick: the state
+shown in the status, a refused stream's retry, a stop's progress line. Each wake-up costs a loop
+turn: at 50 ms they were about a sixth of ``record``'s CPU while a log streamed."""
+
+LIVE_TIMER_TICK_S = 0.05
+"""Longest sleep of the timer loop with a live outlet (MQTT, Foxglove): samples the rate cap
+holds are set aside while decoding, not while reading, and wait at most this past their time."""
 
 
 ANNOUNCE_WAIT_S = 3.0
@@ -213,6 +224,13 @@ class Recorder:
         self._abandon_requested = asyncio.Event()
         self._timer_waker: asyncio.Future[None] | None = None
         """What the timer loop sleeps on (:meth:`_timer_sleep`)."""
+        self._timer_due = math.inf
+        """When the sleeping timer loop wakes by itself (``time.monotonic``)."""
+        self._tick = (
+            LIVE_TIMER_TICK_S
+            if parts.publisher is not None or parts.foxglove is not None
+            else TIMER_TICK_S
+        )
         self._stop_hint_shown = False
         self.exit_code = 0
         self.pipeline: Pipeline | None = None
@@ -592,6 +610,7 @@ class Recorder:
             wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
             while data := await transport.receive():
                 route(data, monotonic())
+                self._wake_timer_if_due()
                 if wake_after is not None:
                     wake_after(codec.bytes_wanted())
         msg = f"link {transport.describe()} was closed"
@@ -646,6 +665,7 @@ class Recorder:
 
     def _burst_pause(self) -> float:
         """How long the UDP socket may stay unread after a burst (see :data:`DATA_PAUSE_S`)."""
+        self._wake_timer_if_due()
         if self.flights is not None and self.flights.listening:
             return 0.0  # a backfill's LOG_DATA comes at up to 8 MB/s: read it as it comes
         if self._urgent:
@@ -792,30 +812,45 @@ class Recorder:
                 pipeline.timer(now)
             if stopping and now >= next_progress_log:
                 next_progress_log = now + STOP_PROGRESS_LOG_S
-            deadlines = [d for p in vehicles if (d := p.next_deadline()) is not None]
-            if (asking := router.next_deadline()) is not None:
-                deadlines.append(asking)
-            delay = TIMER_TICK_S
-            if deadlines:
-                delay = min(delay, max(0.0, min(deadlines) - time.monotonic()))
+            due = now + self._tick
+            if (deadline := self._next_deadline()) is not None:
+                due = min(due, deadline)
             wake = self._abandon_requested if stopping else self._stop_requested
             if not wake.is_set():
-                await self._timer_sleep(delay)
+                await self._timer_sleep(due)
 
-    async def _timer_sleep(self, delay: float) -> None:
-        """Sleep ``delay`` seconds or until :meth:`_set` wakes the timer loop.
+    def _next_deadline(self) -> float | None:
+        """The earliest time the timer loop has something to do (None: nothing scheduled)."""
+        deadlines = [d for p in self.vehicles.values() if (d := p.next_deadline()) is not None]
+        if (asking := self.parts.router.next_deadline()) is not None:
+            deadlines.append(asking)
+        if not self.vehicles:
+            deadlines.append(self._next_hello)
+        return min(deadlines) if deadlines else None
+
+    def _wake_timer_if_due(self) -> None:
+        """Wake the sleeping timer loop if what was just received set an earlier deadline."""
+        if self._timer_waker is not None:
+            deadline = self._next_deadline()
+            if deadline is not None and deadline < self._timer_due:
+                _wake(self._timer_waker)
+
+    async def _timer_sleep(self, due: float) -> None:
+        """Sleep until ``due`` (``time.monotonic``), or until :meth:`_set` wakes the timer loop.
 
         One future and one timer: ``asyncio.wait_for`` on an event's ``wait`` would wrap a task
         around it each time, three loop turns per tick instead of one.
         """
         loop = asyncio.get_running_loop()
         waker = self._timer_waker = loop.create_future()
-        timer = loop.call_later(delay, _wake, waker)
+        self._timer_due = due
+        timer = loop.call_later(max(0.0, due - time.monotonic()), _wake, waker)
         try:
             await waker
         finally:
             timer.cancel()
             self._timer_waker = None
+            self._timer_due = math.inf
 
     def _stop_text(self) -> str:
         """What a stop does now: the handshake, or nothing to stop."""
