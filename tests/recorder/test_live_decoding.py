@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -128,32 +129,8 @@ async def test_decoding_is_cut_into_slices_that_give_the_loop_back(
     """A whole log's backlog is decoded one slice per loop turn, and nothing is lost."""
     monkeypatch.setattr(daemon, "DECODE_SLICE_S", 0.0)  # every call ends after one piece
     log = flight_log(3.0, seed=12)
-    policy = PublishPolicy(vehicle_id="v", default_rate_hz=0.0)
-    # Never connected: the outbox keeps every sample offered (real sink, no broker needed).
-    sink = MqttSink(
-        urls=("mqtt://127.0.0.1:1",), client_id="test", protocol="5", outbox_size=1_000_000
-    )
-    files = LogFiles(UlgFileSink(tmp_path, min_free_mb=0), lambda _event: None)
-    pipeline = Pipeline(
-        codec=MavlinkCodec(system_id=254, component_id=155),
-        session=LoggingSession(target_system=1),
-        files=files,
-        status=RecorderStatus(),
-        publisher=Publisher(policy, sink),
-    )
-    files.start()
-    pipeline.start(0.0)
-    vehicle = MavlinkCodec(system_id=1, component_id=1)
-    for packet in vehicle_packets(log):  # all of it before the loop turns once
-        datagram = vehicle.encode_logging_data(
-            packet.sequence,
-            packet.target_system,
-            packet.target_component,
-            packet.first_message_offset,
-            packet.data,
-            acked=packet.needs_ack,
-        )
-        pipeline.receive(datagram, 0.0)
+    pipeline, files, sink = publishing_pipeline(tmp_path)
+    receive_all(pipeline, log, 0.0)  # all of it before the loop turns once
     parser = pipeline.live._parser
     assert parser is not None
     assert parser.offset == 0  # nothing decoded on the ack path
@@ -172,6 +149,83 @@ async def test_decoding_is_cut_into_slices_that_give_the_loop_back(
     rows = sum(len(topic.timestamps_us) for topic in read(path).topics.values())
     outbox = sink.outbox._samples
     assert sum(1 for message in outbox if "/json/" in message.topic) == rows
+
+
+def publishing_pipeline(tmp_path: Path) -> tuple[Pipeline, LogFiles, MqttSink]:
+    """A vehicle's pipeline publishing every row to a sink that never connects (it keeps them)."""
+    policy = PublishPolicy(vehicle_id="v", default_rate_hz=0.0)
+    sink = MqttSink(
+        urls=("mqtt://127.0.0.1:1",), client_id="test", protocol="5", outbox_size=1_000_000
+    )
+    files = LogFiles(UlgFileSink(tmp_path, min_free_mb=0), lambda _event: None)
+    pipeline = Pipeline(
+        codec=MavlinkCodec(system_id=254, component_id=155),
+        session=LoggingSession(target_system=1),
+        files=files,
+        status=RecorderStatus(),
+        publisher=Publisher(policy, sink),
+    )
+    files.start()
+    pipeline.start(0.0)
+    return pipeline, files, sink
+
+
+def receive_all(pipeline: Pipeline, log: bytes, now: float, *, header_only: bool = False) -> None:
+    """The vehicle's datagrams of ``log`` (``header_only``: its acked ones) at ``now``."""
+    vehicle = MavlinkCodec(system_id=1, component_id=1)
+    for packet in vehicle_packets(log):
+        if header_only and not packet.needs_ack:
+            break
+        datagram = vehicle.encode_logging_data(
+            packet.sequence,
+            packet.target_system,
+            packet.target_component,
+            packet.first_message_offset,
+            packet.data,
+            acked=packet.needs_ack,
+        )
+        pipeline.receive(datagram, now)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_live_work_waits_while_the_vehicle_sends_stop_and_wait(tmp_path: Path) -> None:
+    """Between an ack and the next acked packet nothing is decoded or published, for a while."""
+    pipeline, files, _ = publishing_pipeline(tmp_path)
+    live = pipeline.live
+    receive_all(pipeline, flight_log(1.0, seed=3), time.monotonic(), header_only=True)
+    parser = live._parser
+    assert parser is not None
+    live.decode_backlog()
+    assert parser.offset == 0  # the header's next acked packet may come any moment: acks first
+    assert live._decode_scheduled
+    await eventually(lambda: parser.offset > 0, what="the quiet link's backlog was not decoded")
+    # A run of acked packets that never ends holds the live outlets back only so long.
+    now = time.monotonic()
+    live.acked(now)
+    assert live._acks_first(now)
+    assert not live._acks_first(now + daemon.ACKS_FIRST_S)  # the link went quiet
+    live.acked(now + daemon.ACKS_FIRST_S / 2)  # the same run goes on
+    live._acks_since = now - daemon.ACKS_FIRST_MAX_S  # ... and began that long ago
+    assert not live._acks_first(now + daemon.ACKS_FIRST_S / 2)
+    pipeline.abandon(0.0)
+    await files.aclose()
+
+
+def test_a_write_larger_than_a_slice_is_cut() -> None:
+    """A damaged log's garbage 'message' (up to 64 KiB, written at once) goes in slices."""
+    live = daemon.LiveDecoder(status=RecorderStatus())
+    garbage = bytes(range(256)) * 200
+    writes = [b"head", garbage, b"tail"]
+    live._decode_backlog = list(writes)
+    live._backlog_bytes = sum(map(len, writes))
+    live._slice_bytes = 1024
+    pieces = []
+    while live._decode_backlog:
+        pieces.append(live._take_slice())
+        assert len(pieces[-1]) <= 1024
+    assert b"".join(pieces) == b"".join(writes)
+    assert live._backlog_bytes == 0
 
 
 def test_parser_calls_follow_what_their_bytes_cost() -> None:

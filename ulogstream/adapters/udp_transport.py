@@ -226,6 +226,13 @@ class UdpTransport:
 
 
 async def _resolve(name: str, host: str, port: int) -> tuple[socket.AddressFamily, Address]:
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        # An address already (the common case): no resolver thread, no IDNA codec to import.
+        return family, (host, port)
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_DGRAM)
     except OSError as err:

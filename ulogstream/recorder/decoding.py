@@ -49,6 +49,21 @@ DECODE_SLICE_BYTES_RANGE = (256, 16384)
 """Least and most bytes per parser call."""
 
 
+ACKS_FIRST_S = 0.02
+"""After an ack goes out, how long decoding and publishing wait for the link to go quiet.
+
+PX4 sends a log's header, and a topic subscribed late, stop-and-wait: each LOGGING_DATA_ACKED
+comes one round trip after the ack of the one before (a millisecond or less), so work done in
+between delays the next ack. A real log's 86 subscriptions took 5.8 ms in one parser call, and the
+parameters' first MQTT messages 1-3 ms per piece: the ack round trip's worst at the USB ceiling
+with MQTT on. Acked packets 20 ms apart are no longer stop-and-wait."""
+
+
+ACKS_FIRST_MAX_S = 0.5
+"""The longest a run of acked packets holds decoding and publishing back (a header takes about
+0.3 s): a stream of nothing but acked packets is still decoded."""
+
+
 FRAMING_BATCH_BYTES = 16384
 """Counting topics without a live outlet (the demo), the backlog is framed once it holds this
 much."""
@@ -136,6 +151,10 @@ class LiveDecoder:
         self._decode_scheduled = False
         self._decode_now = 0.0
         """Receive time of the newest backlog chunk: the publish policy's clock for it."""
+        self._acked_at = -math.inf
+        """When the last ack went out (``time.monotonic``)."""
+        self._acks_since = -math.inf
+        """When the run of acks that ``_acked_at`` ends began."""
 
     @property
     def live(self) -> bool:
@@ -154,6 +173,16 @@ class LiveDecoder:
                 self._schedule(DECODE_DELAY_S)
             elif self._backlog_bytes >= FRAMING_BATCH_BYTES:
                 self._schedule()
+
+    def acked(self, now: float) -> None:
+        """An ack went out: the vehicle may be sending stop-and-wait (see :data:`ACKS_FIRST_S`)."""
+        if now - self._acked_at >= ACKS_FIRST_S:
+            self._acks_since = now
+        self._acked_at = now
+
+    def _acks_first(self, now: float) -> bool:
+        """Whether live work waits now, for the next acked packet of a stop-and-wait run."""
+        return now - self._acked_at < ACKS_FIRST_S and now - self._acks_since < ACKS_FIRST_MAX_S
 
     def log_started(self, timestamp_us: int, now: float) -> None:
         """A new log (or a file going on with one): a new parser, and the outlets told."""
@@ -180,7 +209,14 @@ class LiveDecoder:
         """When :meth:`flush_held` has held samples or status updates to send."""
         deadlines = [o.policy.next_deadline() for o in (self.publisher, self.foxglove) if o]
         due = [d for d in deadlines if d is not None]
-        return min(due) if due else None
+        if not due:
+            return None
+        earliest = min(due)
+        if self._acks_first(time.monotonic()):
+            return max(
+                earliest, min(self._acked_at + ACKS_FIRST_S, self._acks_since + ACKS_FIRST_MAX_S)
+            )
+        return earliest
 
     def refresh(self) -> None:
         """Frame what the counters have not seen (within one slice) and update them."""
@@ -194,8 +230,11 @@ class LiveDecoder:
     def flush_held(self, now: float, *, due_only: bool = False) -> None:
         """Held samples of paused topics and pending status updates to the live outlets.
 
-        MQTT's go to Foxglove too: those of the instances it serves from MQTT's samples.
+        MQTT's go to Foxglove too: those of the instances it serves from MQTT's samples. Not
+        while the link goes stop-and-wait (:data:`ACKS_FIRST_S`).
         """
+        if self._acks_first(now):
+            return
         for outlet in (self.publisher, self.foxglove):
             if outlet is None:
                 continue
@@ -230,7 +269,9 @@ class LiveDecoder:
         again, so datagrams (and their acks) that arrive meanwhile go first.
         """
         self._decode_scheduled = False
-        if not self.decode_some(time.perf_counter() + DECODE_SLICE_S):
+        if self._acks_first(time.monotonic()):
+            self._schedule(ACKS_FIRST_S)  # the next acked packet first
+        elif not self.decode_some(time.perf_counter() + DECODE_SLICE_S):
             self._schedule()
 
     def drain(self) -> None:
@@ -268,7 +309,13 @@ class LiveDecoder:
                 return not self._pending_events and not self._decode_backlog
 
     def _take_slice(self) -> bytes:
-        """The oldest written bytes, up to about ``_slice_bytes``."""
+        """The oldest written bytes, at most ``_slice_bytes``.
+
+        A write can be far larger than a slice: a damaged log's garbage "messages" are up to
+        64 KiB each, and the parser's search for the next message through 58 KiB of them held
+        the loop for 3 ms (the ack round trip's worst at the USB ceiling, 10-17 ms). The parser
+        takes bytes in any pieces, so a large write is cut.
+        """
         backlog = self._decode_backlog
         wanted = self._slice_bytes
         if self._backlog_bytes <= wanted:
@@ -283,6 +330,10 @@ class LiveDecoder:
                 break
         chunk = b"".join(backlog[:taken])
         del backlog[:taken]
+        if size > wanted:  # the last write taken goes on in the next slice
+            backlog.insert(0, chunk[wanted:])
+            chunk = chunk[:wanted]
+            size = wanted
         self._backlog_bytes -= size
         return chunk
 

@@ -138,6 +138,7 @@ class Pipeline:
             for output in session_receive(message, now):
                 if type(output) is SendAck:
                     send(encode_ack(output.sequence, output.target_system, output.target_component))
+                    self.live.acked(now)
                 else:
                     later.append(output)
         if later:
