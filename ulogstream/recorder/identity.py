@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 from typing import TYPE_CHECKING
 
 from ulogstream.config.values import (
@@ -69,7 +68,7 @@ def client_id_of(template: str | None, vehicle_id: str, *, link: str = "") -> st
 
 def unique_client_id() -> str:
     """``ulogstream-<host>-<pid>-<random>``: two clients that name none never share a session."""
-    return f"ulogstream-{host_name()[:16]}-{os.getpid()}-{secrets.token_hex(3)}"
+    return f"ulogstream-{host_name()[:16]}-{os.getpid()}-{os.urandom(3).hex()}"
 
 
 def sys_uuid_file(out_dir: Path, link: str, system_id: int) -> Path:
