@@ -238,8 +238,13 @@ class LogFiles:
         return self._flush_deadline if self._pending else None
 
     def flush_due(self, now: float) -> None:
-        """Hand pending bytes to the worker if they have waited a flush interval."""
-        if self._pending and now >= self._flush_deadline:
+        """Hand pending bytes to the worker once a flush interval has passed.
+
+        The interval runs on while nothing is pending, so bytes written after a pause find the
+        next hand-over already due within one interval: writing never moves it earlier, and the
+        timer that calls this needs no waking for them (:meth:`Recorder._wake_timer_if_due`).
+        """
+        if now >= self._flush_deadline:
             self._flush_deadline = now + self._flush_interval_s
             self._hand_over()
 

@@ -255,6 +255,8 @@ class Recorder:
         """The open link's codec (None while no link is open)."""
         self._urgent = False
         """A message other than LOGGING_DATA came since the last burst: read on at once."""
+        self._general_path = False
+        """A message took the general path since the last burst: it may have set a deadline."""
         self._data_phase = False
         """LOGGING_DATA has come: a log's data streams, and a burst may be let gather."""
         self.flights: FlightBackfill | None = None
@@ -610,7 +612,8 @@ class Recorder:
             wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
             while data := await transport.receive():
                 route(data, monotonic())
-                self._wake_timer_if_due()
+                if self._general_path:
+                    self._wake_timer_if_due()
                 if wake_after is not None:
                     wake_after(codec.bytes_wanted())
         msg = f"link {transport.describe()} was closed"
@@ -640,6 +643,7 @@ class Recorder:
             ):
                 return
             messages = [logging_packet(packet)]
+        self._general_path = True
         for message in messages:
             if type(message) is not LoggingPacket:
                 self._urgent = True
@@ -665,7 +669,8 @@ class Recorder:
 
     def _burst_pause(self) -> float:
         """How long the UDP socket may stay unread after a burst (see :data:`DATA_PAUSE_S`)."""
-        self._wake_timer_if_due()
+        if self._general_path:
+            self._wake_timer_if_due()
         if self.flights is not None and self.flights.listening:
             return 0.0  # a backfill's LOG_DATA comes at up to 8 MB/s: read it as it comes
         if self._urgent:
@@ -829,7 +834,12 @@ class Recorder:
         return min(deadlines) if deadlines else None
 
     def _wake_timer_if_due(self) -> None:
-        """Wake the sleeping timer loop if what was just received set an earlier deadline."""
+        """Wake the sleeping timer loop if what was just received set an earlier deadline.
+
+        Called after what took the general path: the data phase's fast path sets none (its file
+        hand-over is already due within a flush interval, see :meth:`LogFiles.flush_due`).
+        """
+        self._general_path = False
         if self._timer_waker is not None:
             deadline = self._next_deadline()
             if deadline is not None and deadline < self._timer_due:
