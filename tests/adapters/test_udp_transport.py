@@ -152,6 +152,22 @@ async def test_unresolvable_host_is_a_link_error() -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
+async def test_a_host_by_address_or_by_name_carries_datagrams(host: str) -> None:
+    # An address is used as it is (no resolver thread); a name goes through getaddrinfo.
+    receiver = await UdpTransport.listen(host, 0)
+    sender = await UdpTransport.connect(host, receiver.local_address[1])
+    try:
+        sender.send(b"hello")
+        assert await asyncio.wait_for(receiver.receive(), 5) == b"hello"
+        assert receiver.peer is not None
+        assert receiver.peer[1] == sender.local_address[1]  # replies go back to the sender
+    finally:
+        await sender.aclose()
+        await receiver.aclose()
+
+
+@pytest.mark.asyncio
 async def test_datagrams_nobody_reads_yet_do_not_keep_the_loop_busy() -> None:
     """A readable socket whose reader is busy elsewhere must not wake the loop at every turn.
 
