@@ -80,7 +80,7 @@ async def test_signal_stops_a_recorder_process_with_a_finished_file(
         )
         process.send_signal(signum)
         async with asyncio.timeout(20):
-            _, stderr = await process.communicate()
+            stdout, stderr = await process.communicate()
             summary = await vehicle
     finally:
         if process.returncode is None:
@@ -94,7 +94,11 @@ async def test_signal_stops_a_recorder_process_with_a_finished_file(
     recording = path.read_bytes()
     # Whole messages up to the signal, then the post-flight perf data STOP brings.
     assert recording.endswith(tail)
-    assert log.startswith(recording[: -len(tail)])
+    drops = (  # a loaded machine can make the simulated PX4 drop, as PX4 does: say so
+        f"the recorder: {stdout.decode()!r}; the vehicle dropped {summary.stats.queue_drops} in "
+        f"its buffer, {summary.wire_drops} on the wire, {summary.transport_drops} at its socket"
+    )
+    assert log.startswith(recording[: -len(tail)]), drops
     assert len(recording) < len(log)
     read_pyulog(path)
 
