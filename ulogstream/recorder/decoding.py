@@ -175,10 +175,16 @@ class LiveDecoder:
                 self._schedule()
 
     def acked(self, now: float) -> None:
-        """An ack went out: the vehicle may be sending stop-and-wait (see :data:`ACKS_FIRST_S`)."""
+        """An ack went out: the vehicle may be sending stop-and-wait (see :data:`ACKS_FIRST_S`).
+
+        What acked packets carry (definitions, a new subscription) costs the most to decode, so
+        the parser's slices start small again: grown on cheap rows to 16 KiB, the first slice of
+        a header's definitions held the loop for 15-18 ms.
+        """
         if now - self._acked_at >= ACKS_FIRST_S:
             self._acks_since = now
         self._acked_at = now
+        self._slice_bytes = DECODE_SLICE_BYTES
 
     def _acks_first(self, now: float) -> bool:
         """Whether live work waits now, for the next acked packet of a stop-and-wait run."""
