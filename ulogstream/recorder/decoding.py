@@ -186,9 +186,13 @@ class LiveDecoder:
         self._acked_at = now
         self._slice_bytes = DECODE_SLICE_BYTES
 
+    def _acks_first_until(self) -> float:
+        """Until when live work waits for the next acked packet of a stop-and-wait run."""
+        return min(self._acked_at + ACKS_FIRST_S, self._acks_since + ACKS_FIRST_MAX_S)
+
     def _acks_first(self, now: float) -> bool:
-        """Whether live work waits now, for the next acked packet of a stop-and-wait run."""
-        return now - self._acked_at < ACKS_FIRST_S and now - self._acks_since < ACKS_FIRST_MAX_S
+        """Whether live work waits now (see :meth:`_acks_first_until`)."""
+        return now < self._acks_first_until()
 
     def log_started(self, timestamp_us: int, now: float) -> None:
         """A new log (or a file going on with one): a new parser, and the outlets told."""
@@ -212,17 +216,15 @@ class LiveDecoder:
                 )
 
     def next_deadline(self) -> float | None:
-        """When :meth:`flush_held` has held samples or status updates to send."""
+        """When :meth:`flush_held` has held samples or status updates to send.
+
+        Not before a stop-and-wait run lets it (:meth:`_acks_first_until`).
+        """
         deadlines = [o.policy.next_deadline() for o in (self.publisher, self.foxglove) if o]
         due = [d for d in deadlines if d is not None]
         if not due:
             return None
-        earliest = min(due)
-        if self._acks_first(time.monotonic()):
-            return max(
-                earliest, min(self._acked_at + ACKS_FIRST_S, self._acks_since + ACKS_FIRST_MAX_S)
-            )
-        return earliest
+        return max(min(due), self._acks_first_until())
 
     def refresh(self) -> None:
         """Frame what the counters have not seen (within one slice) and update them."""

@@ -612,8 +612,7 @@ class Recorder:
             wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
             while data := await transport.receive():
                 route(data, monotonic())
-                if self._general_path:
-                    self._wake_timer_if_due()
+                self._wake_timer_if_due()
                 if wake_after is not None:
                     wake_after(codec.bytes_wanted())
         msg = f"link {transport.describe()} was closed"
@@ -669,8 +668,7 @@ class Recorder:
 
     def _burst_pause(self) -> float:
         """How long the UDP socket may stay unread after a burst (see :data:`DATA_PAUSE_S`)."""
-        if self._general_path:
-            self._wake_timer_if_due()
+        self._wake_timer_if_due()
         if self.flights is not None and self.flights.listening:
             return 0.0  # a backfill's LOG_DATA comes at up to 8 MB/s: read it as it comes
         if self._urgent:
@@ -836,9 +834,11 @@ class Recorder:
     def _wake_timer_if_due(self) -> None:
         """Wake the sleeping timer loop if what was just received set an earlier deadline.
 
-        Called after what took the general path: the data phase's fast path sets none (its file
+        Only after what took the general path: the data phase's fast path sets none (its file
         hand-over is already due within a flush interval, see :meth:`LogFiles.flush_due`).
         """
+        if not self._general_path:
+            return
         self._general_path = False
         if self._timer_waker is not None:
             deadline = self._next_deadline()
