@@ -20,6 +20,7 @@ from support.end_to_end import (
     flight_log,
     read_pyulog,
     record,
+    recorded_items,
     recorder_settings,
     spans,
 )
@@ -94,11 +95,19 @@ async def test_signal_stops_a_recorder_process_with_a_finished_file(
     recording = path.read_bytes()
     # Whole messages up to the signal, then the post-flight perf data STOP brings.
     assert recording.endswith(tail)
-    drops = (  # a loaded machine can make the simulated PX4 drop, as PX4 does: say so
+    said = (
         f"the recorder: {stdout.decode()!r}; the vehicle dropped {summary.stats.queue_drops} in "
         f"its buffer, {summary.wire_drops} on the wire, {summary.transport_drops} at its socket"
     )
-    assert log.startswith(recording[: -len(tail)]), drops
+    assert summary.wire_drops == summary.transport_drops == 0, said
+    if summary.stats.queue_drops == 0:
+        assert log.startswith(recording[: -len(tail)]), said
+    else:  # a loaded machine makes the simulated PX4 overflow its buffer, as PX4 does (CI saw it)
+        items, durations = recorded_items(recording[: -len(tail)])
+        assert durations, said  # the loss is marked
+        log_messages = iter(log[span.start : span.end] for span in spans(log))
+        kept = [item for item in items if item is not None]
+        assert all(item in log_messages for item in kept), said  # the rest in the log's order
     assert len(recording) < len(log)
     read_pyulog(path)
 
