@@ -537,3 +537,22 @@ def test_a_failed_export_leaves_nothing_behind(
     assert status == 1
     assert f"cannot read {not_ulog}" in err
     assert not out.exists()
+
+
+@pytest.mark.skipif(
+    (os.cpu_count() or 1) < 2, reason="OpenBLAS starts no extra thread on a single core"
+)
+def test_numpy_starts_no_blas_threads_under_the_command_line() -> None:
+    # OpenBLAS spins up a thread per core when numpy is imported (0.1 CPU s on 2 cores); live
+    # decoding imports numpy and does no linear algebra, so the command line asks for one.
+    count = "import os; print(len(os.listdir('/proc/self/task')))"
+    env = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
+
+    def threads(script: str) -> int:
+        run = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, check=True
+        )
+        return int(run.stdout.split()[-1])
+
+    assert threads(f"from ulogstream.cli import main; main([]); import numpy; {count}") == 1
+    assert threads(f"import numpy; {count}") > 1  # what the line above guards against

@@ -108,6 +108,10 @@ def build_parser(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (``sys.argv[1:]`` when None); return the exit status."""
+    # numpy's OpenBLAS starts a thread per core when numpy is imported and spins them up: 0.1
+    # CPU s on 2 cores (live decoding imports numpy at a vehicle's first log), for linear algebra
+    # ulogstream never does. One thread, unless the user chose otherwise.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     words = sys.argv[1:] if argv is None else list(argv)
     names = {command.name for command in SUBCOMMANDS}
     chosen = next((word for word in words if not word.startswith("-")), None)
