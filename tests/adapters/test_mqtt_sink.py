@@ -18,16 +18,14 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import aiomqtt
 import numpy as np
 import pytest
-from paho.mqtt import client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
 from support.waiting import eventually, holds_for, running
 
-from ulogstream.adapters.mqtt_sink import MqttSink, _coalesce
+from ulogstream.adapters.mqtt_sink import MqttSink
 from ulogstream.config.sections import MqttSettings, mqtt_password
 from ulogstream.config.values import BrokerAddress, SettingError
 from ulogstream.errors import ConfigError
@@ -38,7 +36,6 @@ from ulogstream.ulog.parser import ULogParser
 from ulogstream.ulog.writer import ULogWriter
 
 if TYPE_CHECKING:
-    from collections import deque
     from collections.abc import AsyncIterator, Callable
 
     from support.broker import Broker
@@ -682,39 +679,3 @@ async def test_a_registration_of_a_socket_closed_meanwhile_is_quiet_and_other_er
         assert loop.get_exception_handler() is not None  # ours again once the sink stopped
     finally:
         loop.set_exception_handler(None)
-
-
-def _queued(command: int, qos: int, packet: bytes, pos: int = 0) -> dict[str, object]:
-    """An entry of paho's write queue as ``_packet_queue`` makes it."""
-    return {
-        "command": command, "mid": len(packet), "qos": qos, "pos": pos,
-        "to_process": len(packet) - pos, "packet": packet, "info": None,
-    }  # fmt: skip
-
-
-def test_a_burst_s_packets_are_joined_into_one_write_and_nothing_else_is() -> None:
-    """Paho writes each queued packet with a send of its own: a burst's go in one."""
-    paho = mqtt.Client(CallbackAPIVersion.VERSION2)
-    queue = cast("deque[dict[str, object]]", paho._out_packet)  # what the sink joins
-    ping = _queued(mqtt.PINGREQ, 0, b"\xc0\x00")
-    burst = [_queued(mqtt.PUBLISH, 0, bytes([0x30, 3, 0, 1, i])) for i in range(5)]
-    queue.extend([ping, *burst])
-    _coalesce(paho, len(burst))
-    assert len(queue) == 2
-    assert queue[0] is ping
-    joined = queue[1]
-    assert joined["packet"] == b"".join(p["packet"] for p in burst)  # type: ignore[misc]
-    assert (joined["pos"], joined["to_process"]) == (0, 25)
-    # A burst with anything else among it, or a packet begun, is left as it is.
-    for odd in (
-        _queued(mqtt.PUBLISH, 1, b"\x32\x05\x00\x01a\x00\x01"),
-        _queued(mqtt.PUBLISH, 0, b"\x30\x03\x00\x01z", pos=1),
-        _queued(mqtt.PINGREQ, 0, b"\xc0\x00"),
-    ):
-        queue.clear()
-        queue.extend([burst[0], odd, burst[1]])
-        _coalesce(paho, 3)
-        assert list(queue) == [burst[0], odd, burst[1]]
-    queue.clear()
-    _coalesce(paho, 2)  # fewer queued than the burst: nothing to join
-    assert not queue

@@ -18,10 +18,8 @@ the MQTT limit) is dropped and counted in :attr:`MqttSink.unpublishable`; it nev
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import errno
-import itertools
 import logging
 import ssl
 import time
@@ -35,6 +33,7 @@ from paho.mqtt.properties import Properties
 
 from ulogstream.config.values import BrokerAddress, parse_mqtt_url
 from ulogstream.errors import ConfigError
+from ulogstream.live.mqtt_packets import publish_packet, publish_properties
 from ulogstream.live.outbox import MqttMessage, Outbox
 
 if TYPE_CHECKING:
@@ -66,45 +65,19 @@ message goes through aiomqtt's ``publish``, which waits until paho has written i
 
 
 def _paho_of(client: aiomqtt.Client) -> mqtt.Client | None:
-    """The paho client under aiomqtt's (None if this aiomqtt keeps it elsewhere).
+    """The paho client under aiomqtt's, if it can take a burst of framed packets (else None).
 
     aiomqtt has no public way to queue a QoS 0 message without awaiting it; its paho client is
-    ``_client`` in every 2.x release. Should that change, every message goes through
-    ``publish`` as before, only slower.
+    ``_client`` in every 2.x release, and paho queues a packet for its connection with
+    ``_packet_queue`` (given a message id from ``_mid_generate``) in every 1.x and 2.x release.
+    Should either change, every message goes through ``publish`` as before, only slower.
     """
     paho = getattr(client, "_client", None)
-    return paho if isinstance(paho, mqtt.Client) else None
-
-
-def _coalesce(paho: mqtt.Client, count: int) -> None:
-    """Join the ``count`` QoS 0 PUBLISH packets a burst just queued into one write.
-
-    paho writes each queued packet with its own ``send``: one system call a sample (30-40 us
-    here), the largest single cost of publishing. MQTT packets delimit themselves on the
-    stream, so the burst's packets joined are the same bytes on the wire, written at once (what
-    a partial write leaves, paho writes later as it does for any packet). Only a burst's own
-    packets are joined: all PUBLISH, QoS 0, none begun; anything else queued meanwhile (a
-    PINGREQ) leaves the burst as it is. paho keeps its queue in ``_out_packet`` in every 2.x
-    release; without it, nothing is joined.
-    """
-    queue = getattr(paho, "_out_packet", None)
-    if not isinstance(queue, collections.deque) or len(queue) < count:
-        return
-    burst = list(itertools.islice(queue, len(queue) - count, None))
-    for packet in burst:
-        if (
-            not isinstance(packet, dict)
-            or packet.get("pos") != 0
-            or packet.get("qos") != 0
-            or packet.get("command", 0) & 0xF0 != PUBLISH
-        ):
-            return
-    for _ in range(count):
-        queue.pop()
-    data = b"".join(packet["packet"] for packet in burst)
-    joined = dict(burst[-1])  # its mid and info: QoS 0, nobody waits for them
-    joined.update(packet=data, pos=0, to_process=len(data))
-    queue.append(joined)
+    if not isinstance(paho, mqtt.Client):
+        return None
+    if not callable(getattr(paho, "_packet_queue", None)):
+        return None
+    return paho if callable(getattr(paho, "_mid_generate", None)) else None
 
 
 class _OnPublishWhileAwaited:
@@ -288,6 +261,7 @@ class MqttSink:
             now=time.monotonic(),
         )
         self._properties: dict[tuple[str | None, tuple[tuple[str, str], ...]], Properties] = {}
+        self._property_blocks: dict[tuple[str | None, tuple[tuple[str, str], ...]], bytes] = {}
         self._wakeup = asyncio.Event()
         self._drained = asyncio.Event()
         self._busy = False
@@ -523,23 +497,28 @@ class MqttSink:
             self.published += 1
 
     def _publish_burst(self, paho: mqtt.Client) -> int:
-        """Hand paho up to :data:`BURST` waiting QoS 0 messages in one go, without an await each.
+        """Frame up to :data:`BURST` waiting QoS 0 messages and queue them on paho at once.
 
         A burst ends after :data:`BURST_S` of work. aiomqtt's ``publish`` is a coroutine that,
         for a message not written at once, makes an event and a task to wait for paho's
         ``on_publish``: two or three loop iterations per message. QoS 0 needs no confirmation,
-        so paho gets them directly and writes them when the socket takes them. A burst starts
-        only when paho has nothing left to write, so a slow broker backs up into the bounded
-        outbox (drop-oldest), never into paho's queue. QoS 1 and 2, and retained messages sent
-        again after a reconnection (paced), go through ``publish`` (they end the burst).
+        so the burst's PUBLISH packets are framed here (:mod:`ulogstream.live.mqtt_packets`,
+        1-2 us a message against paho's 18-28) and joined into one packet of paho's queue: paho
+        writes it with one ``send`` when the socket takes it (what a partial write leaves, it
+        writes later as for any packet). A burst starts only when paho has nothing left to
+        write, so a slow broker backs up into the bounded outbox (drop-oldest), never into
+        paho's queue. QoS 1 and 2, and retained messages sent again after a reconnection
+        (paced), go through ``publish`` (they end the burst).
 
         Returns:
             How many messages paho took.
 
         Raises:
-            aiomqtt.MqttCodeError: paho has no connection (the message is requeued).
+            aiomqtt.MqttCodeError: paho has no connection (nothing was taken from the outbox).
         """
-        sent = 0
+        if paho.socket() is None:
+            raise aiomqtt.MqttCodeError(mqtt.MQTT_ERR_NO_CONN, "Could not publish message")
+        packets: list[bytes] = []
         outbox = self.outbox
         deadline = time.perf_counter() + BURST_S
         for count in range(BURST):
@@ -549,25 +528,23 @@ class MqttSink:
             if message is None:
                 break
             try:
-                info = paho.publish(
-                    message.topic,
-                    message.payload,
-                    qos=0,
-                    retain=message.retain,
-                    properties=self._properties_for(message),
+                packets.append(
+                    publish_packet(
+                        message.topic,
+                        message.payload,
+                        retain=message.retain,
+                        properties=self._property_block(message),
+                    )
                 )
-            except ValueError as err:  # paho refuses this message (and only this one)
+            except ValueError as err:  # too long for MQTT (and only this one)
                 outbox.refused(message)
                 self._refused(message, _describe(err))
-                continue
-            if info.rc != mqtt.MQTT_ERR_SUCCESS:
-                outbox.requeue(message)
-                raise aiomqtt.MqttCodeError(info.rc, "Could not publish message")
-            self.published += 1
-            sent += 1
-        if sent > 1:
-            _coalesce(paho, sent)
-        return sent
+        if packets:
+            mid = paho._mid_generate()  # noqa: SLF001 (see _paho_of)
+            info = mqtt.MQTTMessageInfo(mid)  # paho marks it published once written
+            paho._packet_queue(PUBLISH, b"".join(packets), mid, 0, info)  # noqa: SLF001
+            self.published += len(packets)
+        return len(packets)
 
     def _refused(self, message: MqttMessage, reason: str) -> None:
         """Say so when a message was refused: the 1st, 2nd, 4th, 8th... time (never a flood)."""
@@ -579,6 +556,17 @@ class MqttSink:
                 reason,
                 count,
             )
+
+    def _property_block(self, message: MqttMessage) -> bytes | None:
+        """The framed properties of ``message`` (None on MQTT 3.1.1), made once per kind."""
+        if not self._v5:
+            return None
+        key = (message.content_type, message.user_properties)
+        block = self._property_blocks.get(key)
+        if block is None:
+            block = publish_properties(message.content_type, message.user_properties)
+            self._property_blocks[key] = block
+        return block
 
     def _properties_for(self, message: MqttMessage) -> Properties | None:
         if not self._v5 or (message.content_type is None and not message.user_properties):
