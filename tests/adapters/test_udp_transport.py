@@ -3,16 +3,21 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 from support.waiting import eventually
 
+from ulogstream.adapters import udp_transport
 from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.udp_transport import MAX_BURST, UdpTransport
 from ulogstream.config.values import parse_connection
 from ulogstream.errors import LinkError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.stream.packets import LoggingAck, LoggingPacket
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class LoopTurns:
@@ -289,6 +294,44 @@ async def test_a_pause_lets_datagrams_gather_and_one_wake_up_reads_them_all() ->
     await link.aclose()
     async with asyncio.timeout(5):
         await pump  # a close during a pause ends the pump too
+
+
+@pytest.mark.asyncio
+async def test_a_pause_that_finds_nothing_while_datagrams_flow_pauses_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Watching the socket again after each such pause would cost two ``epoll_ctl`` calls.
+
+    Once the link has been quiet for ``FLOWING_S``, the socket is watched again.
+    """
+    monkeypatch.setattr(udp_transport, "FLOWING_S", 0.3)  # wide: a loaded machine's delays
+    loop = asyncio.get_running_loop()
+    watched: list[int] = []
+    add_reader = loop.add_reader
+
+    def counting_add_reader(fd: int, callback: Callable[..., object], *args: object) -> None:
+        watched.append(fd)
+        add_reader(fd, callback, *args)
+
+    monkeypatch.setattr(loop, "add_reader", counting_add_reader)
+    link = await UdpTransport.listen("127.0.0.1", 0)
+    got: list[bytes] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        pump = asyncio.create_task(link.pump(got.append, pause=lambda: 0.01))
+        await asyncio.sleep(0.05)
+        started = len(watched)
+        sent = [b"%d" % index for index in range(8)]
+        for datagram in sent:  # about 4 pauses between two datagrams find nothing
+            sender.sendto(datagram, link.local_address)
+            await asyncio.sleep(0.04)
+        await eventually(lambda: got == sent, what="every datagram")
+        assert len(watched) == started  # paused again each time, never watched
+        await eventually(lambda: len(watched) == started + 1, what="the socket watched again")
+        sender.sendto(b"later", link.local_address)
+        await eventually(lambda: got[-1:] == [b"later"], what="a datagram on a quiet link")
+    await link.aclose()
+    async with asyncio.timeout(5):
+        await pump
 
 
 @pytest.mark.asyncio

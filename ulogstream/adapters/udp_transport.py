@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
+import time
 from typing import TYPE_CHECKING
 
 from ulogstream.adapters.transport import ReadableWaiter
@@ -31,6 +32,15 @@ DEFAULT_RECEIVE_BUFFER = 1 << 20
 
 MAX_BURST = 64
 """Datagrams ``receive`` returns back to back before it lets other tasks run once."""
+
+FLOWING_S = 0.02
+"""How long after the last datagram a pause that found the socket empty pauses again.
+
+PX4 sends its packets in clumps, so a pause (:meth:`UdpTransport.pump`) often ends just before
+the next clump. Watching the socket again would cost two ``epoll_ctl`` calls and asyncio's
+bookkeeping for each such pause (about 40 us, a third of the pauses on a real PX4); pausing again
+costs a timer. A datagram waits at most one pause either way. Once the link has been quiet this
+long, the socket is watched again (an idle link costs nothing)."""
 
 
 class UdpTransport:
@@ -156,9 +166,10 @@ class UdpTransport:
 
         Args:
             handle: Called with each datagram, in order.
-            pause: Asked each time a burst drained the socket: seconds to leave it unread so the
-                next datagrams gather in the kernel's buffer and one wake-up reads them all (0:
-                read each as it comes).
+            pause: Asked each time a burst drained the socket, and when a pause found it empty
+                while the link flows (:data:`FLOWING_S`): seconds to leave it unread so the next
+                datagrams gather in the kernel's buffer and one wake-up reads them all (0: read
+                each as it comes).
 
         Raises:
             LinkError: The socket failed.
@@ -167,15 +178,24 @@ class UdpTransport:
         recvfrom = self._sock.recvfrom
         follow_sender = self._follow_sender
         last_sender: object = None
+        monotonic = time.monotonic
+        flowing_until = 0.0
 
         def on_readable() -> float:
-            nonlocal last_sender
+            nonlocal last_sender, flowing_until
             for count in range(MAX_BURST):
                 try:
                     data, sender = recvfrom(MAX_DATAGRAM)
                 except (BlockingIOError, InterruptedError):
-                    # Nothing read (a pause that found the link quiet): wait for the next datagram.
-                    return 0.0 if pause is None or not count else pause()
+                    if pause is None:
+                        return 0.0
+                    now = monotonic()
+                    if count:
+                        flowing_until = now + FLOWING_S
+                        return pause()
+                    # A pause that found nothing: pause again while the link flows (see
+                    # FLOWING_S), else watch the socket for the next datagram.
+                    return pause() if now < flowing_until else 0.0
                 except ConnectionRefusedError:
                     continue  # an ICMP error for an earlier send: UDP is best effort
                 except OSError as err:
