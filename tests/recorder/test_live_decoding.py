@@ -193,9 +193,12 @@ async def test_live_work_waits_while_the_vehicle_sends_stop_and_wait(tmp_path: P
     """Between an ack and the next acked packet nothing is decoded or published, for a while."""
     pipeline, files, _ = publishing_pipeline(tmp_path)
     live = pipeline.live
-    receive_all(pipeline, flight_log(1.0, seed=3), time.monotonic(), header_only=True)
+    acked_at = time.monotonic()
+    receive_all(pipeline, flight_log(1.0, seed=3), acked_at, header_only=True)
     parser = live._parser
     assert parser is not None
+    assert live._acked_at == acked_at  # the pipeline told the decoder of its acks
+    live.acked(time.monotonic())  # as if just now: a loaded machine can take 20 ms to get here
     live.decode_backlog()
     assert parser.offset == 0  # the header's next acked packet may come any moment: acks first
     assert live._decode_scheduled

@@ -131,6 +131,19 @@ def recorded_items(recording: bytes) -> tuple[list[Item], list[int]]:
     return items, durations
 
 
+def assert_loss_marked(log: bytes, recording: bytes, said: str) -> None:
+    """``recording`` holds ``log``'s messages in order, with the loss between them marked.
+
+    What a recording of a simulated PX4 that dropped packets in its buffer holds (a loaded
+    machine makes it, as PX4's logger does when its writer falls behind); ``said`` explains a
+    failure (the recorder's and the vehicle's counters).
+    """
+    items, durations = recorded_items(recording)
+    assert durations, said  # the loss is marked
+    log_messages = iter(log[span.start : span.end] for span in spans(log))
+    assert all(item in log_messages for item in items if item is not None), said
+
+
 def read_pyulog(path: Path) -> ULog:
     """Parse ``path`` with pyulog and check that it saw no corruption."""
     ulog = ULog(str(path))

@@ -603,10 +603,12 @@ async def run_vehicle(
         unplugs=shell.unplugs,
     )
     logger.info(
-        "sim: %d logs, %d frames delivered, %d dropped by the transport, %d ack timeouts, "
-        "in %.1f s",
+        "sim: %d logs, %d frames delivered, %d dropped in the logger's buffer, %d on the wire, "
+        "%d by the transport, %d ack timeouts, in %.1f s",
         summary.logs_started,
         summary.delivered,
+        summary.stats.queue_drops,
+        summary.wire_drops,
         summary.transport_drops,
         summary.ack_timeouts,
         duration,
