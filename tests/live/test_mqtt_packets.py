@@ -71,21 +71,14 @@ PROPERTIES: list[tuple[str | None, UserProperties]] = [
 @pytest.mark.parametrize("retain", [False, True])
 def test_a_publish_is_framed_as_paho_frames_it(size: int, *, retain: bool) -> None:
     payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    v311, v5 = MQTTProtocolVersion.MQTTv311, MQTTProtocolVersion.MQTTv5
+    cases = [(v311, None, ()), *((v5, kind, extra) for kind, extra in PROPERTIES)]
     for topic in ("ulog/px4/1/json/vehicle_attitude/0", "t/é"):
-        ours = publish_packet(topic, payload, retain=retain, properties=None)
-        assert ours == paho_packet(
-            MQTTProtocolVersion.MQTTv311,
-            topic,
-            payload,
-            retain=retain,
-            content_type=None,
-            user_properties=(),
-        )
-        for content_type, user_properties in PROPERTIES:
-            block = publish_properties(content_type, user_properties)
+        for protocol, content_type, user_properties in cases:
+            block = None if protocol is v311 else publish_properties(content_type, user_properties)
             ours = publish_packet(topic, payload, retain=retain, properties=block)
             assert ours == paho_packet(
-                MQTTProtocolVersion.MQTTv5,
+                protocol,
                 topic,
                 payload,
                 retain=retain,
