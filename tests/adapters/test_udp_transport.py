@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import pytest
 from support.waiting import eventually
 
-from ulogstream.adapters import udp_transport
 from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.udp_transport import MAX_BURST, UdpTransport
 from ulogstream.config.values import parse_connection
@@ -286,25 +285,21 @@ async def test_a_pause_lets_datagrams_gather_and_one_wake_up_reads_them_all() ->
         await eventually(lambda: len(asked) == 2, what="the second burst")
         assert bursts[:2] == [[b"first"], [b"0", b"1", b"2", b"3", b"4"]]
         assert asked == [1, 5]
-        await asyncio.sleep(0.3)  # the pause found the link quiet: pause() is not asked then
-        assert asked == [1, 5]
+        await asyncio.sleep(0.5)  # the pause found the link quiet: once more, then watched
+        assert asked == [1, 5, 0]
         sender.sendto(b"later", link.local_address)  # watched again: read when it comes
-        await eventually(lambda: len(asked) == 3, what="the third burst")
-        assert bursts[2] == [b"later"]
+        await eventually(lambda: len(asked) == 4, what="the third burst")
+        assert bursts[3] == [b"later"]
     await link.aclose()
     async with asyncio.timeout(5):
         await pump  # a close during a pause ends the pump too
 
 
 @pytest.mark.asyncio
-async def test_a_pause_that_finds_nothing_while_datagrams_flow_pauses_again(
+async def test_a_pause_that_finds_nothing_pauses_once_more_then_the_socket_is_watched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Watching the socket again after each such pause would cost two ``epoll_ctl`` calls.
-
-    Once the link has been quiet for ``FLOWING_S``, the socket is watched again.
-    """
-    monkeypatch.setattr(udp_transport, "FLOWING_S", 0.3)  # wide: a loaded machine's delays
+    """PX4 sends in clumps: the next is likely near, and watching the socket costs epoll_ctl."""
     loop = asyncio.get_running_loop()
     watched: list[int] = []
     add_reader = loop.add_reader
@@ -316,16 +311,23 @@ async def test_a_pause_that_finds_nothing_while_datagrams_flow_pauses_again(
     monkeypatch.setattr(loop, "add_reader", counting_add_reader)
     link = await UdpTransport.listen("127.0.0.1", 0)
     got: list[bytes] = []
+    asked: list[int] = []
+
+    def pause() -> float:
+        asked.append(len(got))
+        return 0.05
+
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
-        pump = asyncio.create_task(link.pump(got.append, pause=lambda: 0.01))
-        await asyncio.sleep(0.05)
+        pump = asyncio.create_task(link.pump(got.append, pause=pause))
+        await asyncio.sleep(0.02)
         started = len(watched)
-        sent = [b"%d" % index for index in range(8)]
-        for datagram in sent:  # about 4 pauses between two datagrams find nothing
+        sent = [b"%d" % index for index in range(6)]
+        for datagram in sent:  # each after one pause, before the second ends (40 ms to spare)
             sender.sendto(datagram, link.local_address)
-            await asyncio.sleep(0.04)
+            await asyncio.sleep(0.06)
         await eventually(lambda: got == sent, what="every datagram")
-        assert len(watched) == started  # paused again each time, never watched
+        assert len(watched) == started  # paused once more each time, never watched
+        assert asked[:3] == [1, 1, 2]  # after a datagram, after the pause that found none...
         await eventually(lambda: len(watched) == started + 1, what="the socket watched again")
         sender.sendto(b"later", link.local_address)
         await eventually(lambda: got[-1:] == [b"later"], what="a datagram on a quiet link")

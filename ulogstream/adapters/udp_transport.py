@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
-import time
 from typing import TYPE_CHECKING
 
 from ulogstream.adapters.transport import ReadableWaiter
@@ -32,15 +31,6 @@ DEFAULT_RECEIVE_BUFFER = 1 << 20
 
 MAX_BURST = 64
 """Datagrams ``receive`` returns back to back before it lets other tasks run once."""
-
-FLOWING_S = 0.02
-"""How long after the last datagram a pause that found the socket empty pauses again.
-
-PX4 sends its packets in clumps, so a pause (:meth:`UdpTransport.pump`) often ends just before
-the next clump. Watching the socket again would cost two ``epoll_ctl`` calls and asyncio's
-bookkeeping for each such pause (about 40 us, a third of the pauses on a real PX4); pausing again
-costs a timer. A datagram waits at most one pause either way. Once the link has been quiet this
-long, the socket is watched again (an idle link costs nothing)."""
 
 
 class UdpTransport:
@@ -166,10 +156,10 @@ class UdpTransport:
 
         Args:
             handle: Called with each datagram, in order.
-            pause: Asked each time a burst drained the socket, and when a pause found it empty
-                while the link flows (:data:`FLOWING_S`): seconds to leave it unread so the next
-                datagrams gather in the kernel's buffer and one wake-up reads them all (0: read
-                each as it comes).
+            pause: Asked each time a burst drained the socket, and once more when the pause
+                after it found nothing: seconds to leave the socket unread so the next datagrams
+                gather in the kernel's buffer and one wake-up reads them all (0: read each as it
+                comes). A datagram waits at most one pause.
 
         Raises:
             LinkError: The socket failed.
@@ -178,24 +168,26 @@ class UdpTransport:
         recvfrom = self._sock.recvfrom
         follow_sender = self._follow_sender
         last_sender: object = None
-        monotonic = time.monotonic
-        flowing_until = 0.0
+        paused_again = False
 
         def on_readable() -> float:
-            nonlocal last_sender, flowing_until
+            nonlocal last_sender, paused_again
             for count in range(MAX_BURST):
                 try:
                     data, sender = recvfrom(MAX_DATAGRAM)
                 except (BlockingIOError, InterruptedError):
                     if pause is None:
                         return 0.0
-                    now = monotonic()
                     if count:
-                        flowing_until = now + FLOWING_S
+                        paused_again = False
                         return pause()
-                    # A pause that found nothing: pause again while the link flows (see
-                    # FLOWING_S), else watch the socket for the next datagram.
-                    return pause() if now < flowing_until else 0.0
+                    if not paused_again:
+                        # A pause that found nothing: PX4 sends in clumps, so the next one is
+                        # likely near. Pausing once more costs a timer; watching the socket
+                        # costs two epoll_ctl calls and asyncio's bookkeeping, and a wake-up.
+                        paused_again = True
+                        return pause()
+                    return 0.0  # the link went quiet: wait for the next datagram
                 except ConnectionRefusedError:
                     continue  # an ICMP error for an earlier send: UDP is best effort
                 except OSError as err:
