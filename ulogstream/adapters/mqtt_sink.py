@@ -73,11 +73,11 @@ def _paho_of(client: aiomqtt.Client) -> mqtt.Client | None:
     Should either change, every message goes through ``publish`` as before, only slower.
     """
     paho = getattr(client, "_client", None)
-    if not isinstance(paho, mqtt.Client):
-        return None
-    if not callable(getattr(paho, "_packet_queue", None)):
-        return None
-    return paho if callable(getattr(paho, "_mid_generate", None)) else None
+    if isinstance(paho, mqtt.Client) and all(
+        callable(getattr(paho, name, None)) for name in ("_packet_queue", "_mid_generate")
+    ):
+        return paho
+    return None
 
 
 class _OnPublishWhileAwaited:

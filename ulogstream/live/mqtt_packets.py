@@ -35,6 +35,8 @@ _LENGTH = struct.Struct(">H")
 
 def variable_byte_integer(value: int) -> bytes:
     """``value`` (0 to :data:`MAX_REMAINING_LENGTH`) as MQTT's variable byte integer."""
+    if value < 128:  # nearly every sample's remaining length: one byte  # noqa: PLR2004
+        return bytes((value,))
     out = bytearray()
     while True:
         value, byte = divmod(value, 128)
@@ -81,9 +83,14 @@ def publish_packet(topic: str, payload: bytes, *, retain: bool, properties: byte
     if length > MAX_REMAINING_LENGTH:
         msg = f"a PUBLISH of {length} bytes is longer than MQTT allows ({MAX_REMAINING_LENGTH})"
         raise ValueError(msg)
-    first = PUBLISH | RETAIN if retain else PUBLISH
-    if length < 128:  # nearly every sample: the remaining length in one byte  # noqa: PLR2004
-        head = bytes((first, length))
-    else:
-        head = bytes((first,)) + variable_byte_integer(length)
-    return b"".join((head, _LENGTH.pack(len(name)), name, properties or b"", payload))
+    first = bytes((PUBLISH | RETAIN if retain else PUBLISH,))
+    return b"".join(
+        (
+            first,
+            variable_byte_integer(length),
+            _LENGTH.pack(len(name)),
+            name,
+            properties or b"",
+            payload,
+        )
+    )
