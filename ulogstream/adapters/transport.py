@@ -118,14 +118,12 @@ class ReadableWaiter:
         finally:
             self._waiting = None
 
-    async def serve(self, on_readable: Callable[[], float]) -> None:
+    async def serve(self, on_readable: Callable[[], None]) -> None:
         """Run ``on_readable`` from the loop each time ``fd`` is readable, until :meth:`close`.
 
         The callback reads the descriptor itself, so no task wakes per chunk: one loop turn per
         wake-up instead of two (the callback, then the waiting task). It must read only a bounded
-        amount per call; the loop calls it again at its next turn while data is left. It returns
-        how long to leave ``fd`` unwatched before it is called again: 0 to be called as soon as
-        more is there; a pause lets a burst of chunks gather, so that one wake-up reads them all.
+        amount per call; the loop calls it again at its next turn while data is left.
 
         Raises:
             Exception: What ``on_readable`` raised; the descriptor is no longer watched then.
@@ -135,32 +133,15 @@ class ReadableWaiter:
         loop = self._loop
         fd = self._fd
         ended: asyncio.Future[None] = loop.create_future()
-        paused: asyncio.TimerHandle | None = None
 
         def run() -> None:
-            nonlocal paused
             try:
-                pause = on_readable()
+                on_readable()
             except Exception as err:  # noqa: BLE001 (raised again by the awaiting task)
                 loop.remove_reader(fd)
                 self._registered = False
                 if not ended.done():
                     ended.set_exception(err)
-                return
-            if pause > 0:
-                if self._registered:
-                    loop.remove_reader(fd)
-                    self._registered = False
-                paused = loop.call_later(pause, resume)
-            elif not self._registered:
-                loop.add_reader(fd, run)
-                self._registered = True
-
-        def resume() -> None:
-            nonlocal paused
-            paused = None
-            if not self._closed:
-                run()  # read what gathered; watches ``fd`` again unless it pauses once more
 
         loop.add_reader(fd, run)
         self._registered = True
@@ -169,8 +150,6 @@ class ReadableWaiter:
             await ended
         finally:
             self._waiting = None
-            if paused is not None:
-                paused.cancel()
             if not self._closed:  # back to waking wait() (or to noticing unread data)
                 loop.add_reader(fd, self._on_readable)
                 self._registered = True

@@ -145,7 +145,7 @@ class UdpTransport:
         return b""
 
     async def pump(
-        self, handle: Callable[[bytes], object], *, pause: Callable[[], float] | None = None
+        self, handle: Callable[[bytes], object], *, after_burst: Callable[[], None] | None = None
     ) -> None:
         """Hand each datagram to ``handle`` as it arrives, until the transport is closed.
 
@@ -154,12 +154,14 @@ class UdpTransport:
         datagram than :meth:`receive` (a receiver's main cost at 2000 packets/s). An empty
         datagram is handed over too (:meth:`receive` would take it for the end).
 
+        The socket stays watched: each wake-up reads what has come. PX4 sends in clumps (one
+        per turn of its MAVLink thread), so a wake-up reads a clump; leaving the socket unread
+        for a few milliseconds to let more gather cost a timer and two ``epoll_ctl`` calls per
+        wake-up and took more CPU on a real PX4, not less (``docs/performance.md``).
+
         Args:
             handle: Called with each datagram, in order.
-            pause: Asked each time a burst drained the socket, and once more when the pause
-                after it found nothing: seconds to leave the socket unread so the next datagrams
-                gather in the kernel's buffer and one wake-up reads them all (0: read each as it
-                comes). A datagram waits at most one pause.
+            after_burst: Called each time a burst of datagrams drained the socket.
 
         Raises:
             LinkError: The socket failed.
@@ -168,26 +170,16 @@ class UdpTransport:
         recvfrom = self._sock.recvfrom
         follow_sender = self._follow_sender
         last_sender: object = None
-        paused_again = False
 
-        def on_readable() -> float:
-            nonlocal last_sender, paused_again
+        def on_readable() -> None:
+            nonlocal last_sender
             for count in range(MAX_BURST):
                 try:
                     data, sender = recvfrom(MAX_DATAGRAM)
                 except (BlockingIOError, InterruptedError):
-                    if pause is None:
-                        return 0.0
-                    if count:
-                        paused_again = False
-                        return pause()
-                    if not paused_again:
-                        # A pause that found nothing: PX4 sends in clumps, so the next one is
-                        # likely near. Pausing once more costs a timer; watching the socket
-                        # costs two epoll_ctl calls and asyncio's bookkeeping, and a wake-up.
-                        paused_again = True
-                        return pause()
-                    return 0.0  # the link went quiet: wait for the next datagram
+                    if count and after_burst is not None:
+                        after_burst()
+                    return
                 except ConnectionRefusedError:
                     continue  # an ICMP error for an earlier send: UDP is best effort
                 except OSError as err:
@@ -197,7 +189,7 @@ class UdpTransport:
                     last_sender = sender
                     self._peer = (str(sender[0]), int(sender[1]))
                 handle(data)
-            return 0.0  # more may be waiting: the loop calls again at its next turn
+            # More may be waiting: the loop calls again at its next turn.
 
         await self._readable.serve(on_readable)
 

@@ -45,7 +45,6 @@ from ulogstream.recorder.status import (
 from ulogstream.stream import (
     Heartbeat,
     LogEnded,
-    LoggingPacket,
     MavlinkMessage,
     SessionState,
     logging_packet,
@@ -95,18 +94,6 @@ STOP_PROGRESS_LOG_S = 5.0
 
 HELLO_INTERVAL_S = 1.0
 """Period of our HEARTBEAT on a link where no vehicle has been heard yet."""
-
-
-DATA_PAUSE_S = 0.003
-"""In a log's data phase, the UDP socket is left unread this long after each burst.
-
-PX4 sends no LOGGING_DATA_ACKED while it streams a log's data, so no ack can be due: the
-datagrams that come meanwhile (LOGGING_DATA every 0.5-1.2 ms, and the link's telemetry) gather in
-the kernel's buffer and one wake-up reads them all, where each would cost a loop turn of its own.
-After an ACKED packet, a HEARTBEAT or a COMMAND_ACK, and while any vehicle's newest logging
-packet is an ACKED one (a header, stop-and-wait), the socket is read at once. The rare ACKED
-packet of the data phase (a topic subscribed late, a perf report) is acked at most this much
-later: the ack round trip stays under 5 ms."""
 
 
 TIMER_TICK_S = 0.25
@@ -253,12 +240,8 @@ class Recorder:
         self._next_hello = 0.0
         self._link_codec: MavlinkCodec | None = None
         """The open link's codec (None while no link is open)."""
-        self._urgent = False
-        """A message other than LOGGING_DATA came since the last burst: read on at once."""
         self._general_path = False
         """A message took the general path since the last burst: it may have set a deadline."""
-        self._data_phase = False
-        """LOGGING_DATA has come: a log's data streams, and a burst may be let gather."""
         self.flights: FlightBackfill | None = None
         """Completes each flight from the SD log (``while_armed`` with backfill), or None."""
         if parts.backfill_max_bytes is not None:
@@ -276,10 +259,6 @@ class Recorder:
             )
         self._asked_at: dict[int, tuple[str, int]] = {}
         """The UDP address each autopilot asked for AUTOPILOT_VERSION was first heard from."""
-        self._acked: set[int] = set()
-        """The vehicles whose newest logging packet was ACKED: an ack may be due (stop-and-wait
-        in a header), so the link is read at once. One vehicle's data phase must not slow
-        another's header on the same link."""
 
     @property
     def vehicle_ids(self) -> dict[int, str]:
@@ -605,7 +584,7 @@ class Recorder:
             def handle(data: bytes) -> None:
                 route(data, monotonic())
 
-            await transport.pump(handle, pause=self._burst_pause)
+            await transport.pump(handle, after_burst=self._wake_timer_if_due)
         else:
             codec = self._codec
             # A serial port wakes the loop once a frame can be whole, not for every piece.
@@ -630,11 +609,7 @@ class Recorder:
                 return
         else:
             # The data phase's common case, one plain LOGGING_DATA: no message built.
-            system_id = packet[0]
-            self._data_phase = True
-            if self._acked:
-                self._acked.discard(system_id)
-            pipeline = self.vehicles.get(system_id)
+            pipeline = self.vehicles.get(packet[0])
             if (
                 pipeline is not None
                 and (self._udp is None or pipeline.peer == self._udp.peer)
@@ -643,16 +618,6 @@ class Recorder:
                 return
             messages = [logging_packet(packet)]
         self._general_path = True
-        for message in messages:
-            if type(message) is not LoggingPacket:
-                self._urgent = True
-            elif message.needs_ack:
-                self._urgent = True
-                self._acked.add(message.system_id)
-            else:
-                self._data_phase = True
-                if self._acked:
-                    self._acked.discard(message.system_id)
         router = self.parts.router
         for system_id, group in router.route(messages):
             pipeline = self.vehicles.get(system_id)
@@ -665,16 +630,6 @@ class Recorder:
             pipeline.receive_messages(group, now)
             if self.parts.watch_armed or self.flights is not None:
                 self._heard_armed(system_id, group)
-
-    def _burst_pause(self) -> float:
-        """How long the UDP socket may stay unread after a burst (see :data:`DATA_PAUSE_S`)."""
-        self._wake_timer_if_due()
-        if self.flights is not None and self.flights.listening:
-            return 0.0  # a backfill's LOG_DATA comes at up to 8 MB/s: read it as it comes
-        if self._urgent:
-            self._urgent = False
-            return 0.0
-        return DATA_PAUSE_S if self._data_phase and not self._acked else 0.0
 
     def _heard_armed(self, system_id: int, messages: list[MavlinkMessage]) -> None:
         """Tell the shipper whether the autopilot ``system_id`` is armed (its HEARTBEAT)."""
