@@ -369,12 +369,17 @@ async def latency_run(log: Path, broker: int, tmp: Path, *, flush_on_receive: bo
         publisher = make_publisher(VEHICLE_ID)  # the one vehicle's, timed below
         recorder.parts.publisher = lambda _vehicle_id: publisher
         sink, policy = publisher.sink, publisher.policy
-        offer, flush_due = sink.offer, policy.flush_due
+        offer, offer_all, flush_due = sink.offer, sink.offer_all, policy.flush_due
 
         def timed_offer(message: MqttMessage) -> None:
             if message.topic.startswith(JSON_PREFIX):
                 offers.append((time.monotonic(), message))
             offer(message)
+
+        def timed_offer_all(messages: list[MqttMessage]) -> None:
+            now = time.monotonic()
+            offers.extend((now, m) for m in messages if m.topic.startswith(JSON_PREFIX))
+            offer_all(messages)
 
         def marked_flush(now: float) -> list[MqttMessage]:
             opened: dict[str, float] = {}
@@ -391,6 +396,7 @@ async def latency_run(log: Path, broker: int, tmp: Path, *, flush_on_receive: bo
         receive = receive_and_flush if flush_on_receive else RECEIVE
         with (
             mock.patch.object(sink, "offer", timed_offer),
+            mock.patch.object(sink, "offer_all", timed_offer_all),
             mock.patch.object(policy, "flush_due", marked_flush),
             mock.patch.object(Pipeline, "receive", receive),
         ):
