@@ -161,7 +161,7 @@ class UdpTransport:
 
         Args:
             handle: Called with each datagram, in order.
-            after_burst: Called each time a burst of datagrams drained the socket.
+            after_burst: Called after each wake-up's burst (at most :data:`MAX_BURST` datagrams).
 
         Raises:
             LinkError: The socket failed.
@@ -173,13 +173,11 @@ class UdpTransport:
 
         def on_readable() -> None:
             nonlocal last_sender
-            for count in range(MAX_BURST):
+            for _ in range(MAX_BURST):
                 try:
                     data, sender = recvfrom(MAX_DATAGRAM)
                 except (BlockingIOError, InterruptedError):
-                    if count and after_burst is not None:
-                        after_burst()
-                    return
+                    break
                 except ConnectionRefusedError:
                     continue  # an ICMP error for an earlier send: UDP is best effort
                 except OSError as err:
@@ -189,7 +187,9 @@ class UdpTransport:
                     last_sender = sender
                     self._peer = (str(sender[0]), int(sender[1]))
                 handle(data)
-            # More may be waiting: the loop calls again at its next turn.
+            # A burst cut at MAX_BURST goes on at the loop's next turn, if more is waiting.
+            if after_burst is not None:
+                after_burst()
 
         await self._readable.serve(on_readable)
 
