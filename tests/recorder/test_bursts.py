@@ -17,10 +17,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-def vehicle(system_id: int = 1) -> MavlinkCodec:
-    return MavlinkCodec(system_id=system_id, component_id=1)
-
-
 @pytest.mark.asyncio
 async def test_a_deadline_set_by_a_burst_wakes_the_sleeping_timer(tmp_path: Path) -> None:
     # The timer loop sleeps until its earliest deadline (or a long tick): a new vehicle's
@@ -34,7 +30,8 @@ async def test_a_deadline_set_by_a_burst_wakes_the_sleeping_timer(tmp_path: Path
     assert recorder._next_deadline() == pytest.approx(now + HELLO_INTERVAL_S)
     await asyncio.sleep(0)
     assert not sleeping.done()  # nothing due before its wake-up: it sleeps on
-    heartbeat = vehicle().encode_heartbeat(mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4)
+    autopilot = MavlinkCodec(system_id=1, component_id=1)
+    heartbeat = autopilot.encode_heartbeat(mav_type=MAV_TYPE_QUADROTOR, autopilot=MAV_AUTOPILOT_PX4)
     recorder._route(heartbeat, time.monotonic())  # the autopilot: its identity is asked for
     deadline = recorder._next_deadline()
     assert deadline is not None
