@@ -10,10 +10,10 @@ import asyncio
 import contextlib
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import aiomqtt
+import msgspec
 import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
@@ -37,11 +37,10 @@ WAIT = 15.0
 """Seconds a test waits for the broker (generous for a loaded 2-core machine)."""
 
 
-@dataclass
-class Arrivals:
+class Arrivals(msgspec.Struct):
     """(monotonic arrival time, topic, payload) of every message a subscriber got."""
 
-    got: list[tuple[float, str, bytes]] = field(default_factory=list)
+    got: list[tuple[float, str, bytes]] = msgspec.field(default_factory=list)
 
     def on(self, predicate: str) -> list[tuple[float, str, bytes]]:
         return [m for m in self.got if predicate in m[1]]

@@ -16,11 +16,11 @@ import struct
 import sys
 import textwrap
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiomqtt
+import msgspec
 import numpy as np
 import pytest
 from support.waiting import eventually, holds_for, running
@@ -55,20 +55,18 @@ def strict_json(payload: bytes) -> dict[str, object]:
     return obj
 
 
-@dataclass
-class Received:
+class Received(msgspec.Struct):
     topic: str
     payload: bytes
     retain: bool
     content_type: str | None = None
-    user_properties: list[tuple[str, str]] = field(default_factory=list)
+    user_properties: list[tuple[str, str]] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class Collector:
+class Collector(msgspec.Struct):
     """Messages a test subscriber received, in arrival order."""
 
-    messages: list[Received] = field(default_factory=list)
+    messages: list[Received] = msgspec.field(default_factory=list)
 
     async def wait_until(self, done: Callable[[list[Received]], bool], limit: float = WAIT) -> None:
         await eventually(lambda: done(self.messages), limit=limit, what="messages not received")

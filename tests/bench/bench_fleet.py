@@ -41,11 +41,11 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiomqtt
+import msgspec
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
@@ -72,28 +72,26 @@ packet's worth later than logged and fall into other 100 ms windows of the rate 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-@dataclass
-class Tree:
+class Tree(msgspec.Struct):
     """What the subscriber saw of one vehicle's tree."""
 
     messages: int = 0
     bytes: int = 0
     first: float = 0.0
     last: float = 0.0
-    samples: Counter[str] = field(default_factory=Counter)
+    samples: Counter[str] = msgspec.field(default_factory=Counter)
     """JSON samples per ``topic/multi_id``."""
     final_status: dict[str, object] | None = None
 
 
-@dataclass
-class Child:
+class Child(msgspec.Struct):
     """A subprocess reaped by ``wait4`` (its own CPU, not the sum of every child's)."""
 
     process: subprocess.Popen[bytes]
     stderr: Path
     exit_code: int | None = None
     cpu_s: float = 0.0
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = msgspec.field(default_factory=threading.Event)
 
     def reap(self) -> None:
         _, status, usage = os.wait4(self.process.pid, 0)

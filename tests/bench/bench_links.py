@@ -32,9 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -64,8 +65,7 @@ DELAY = 0.04
 JITTERS = (0.010, 0.015, 0.030)
 
 
-@dataclass(frozen=True, slots=True)
-class Case:
+class Case(msgspec.Struct, frozen=True):
     """One measured link."""
 
     name: str
@@ -75,8 +75,7 @@ class Case:
     pty: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
+class Result(msgspec.Struct, frozen=True):
     """What one case kept."""
 
     case: Case

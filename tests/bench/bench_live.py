@@ -45,12 +45,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 from unittest import mock
 
 import aiomqtt
+import msgspec
 
 from ulogstream.adapters import connection
 from ulogstream.config.loader import load_settings
@@ -198,12 +198,11 @@ async def subscriber(port: int, out: Path) -> None:
             file.write(f"T {now:.6f} {payload.decode()}\n")
 
 
-@dataclass
-class Delivered:
+class Delivered(msgspec.Struct):
     """What the subscriber saw."""
 
-    samples: list[tuple[float, Sample]] = field(default_factory=list)
-    statuses: list[tuple[float, dict[str, object]]] = field(default_factory=list)
+    samples: list[tuple[float, Sample]] = msgspec.field(default_factory=list)
+    statuses: list[tuple[float, dict[str, object]]] = msgspec.field(default_factory=list)
     cpu: float = 0.0
 
 
@@ -274,8 +273,7 @@ class TimedTransport:
         return self.inner.describe()
 
 
-@dataclass
-class StreamTiming:
+class StreamTiming(msgspec.Struct):
     """The received stream rebuilt from the stamped datagrams."""
 
     stream: bytes
@@ -492,8 +490,7 @@ def sample_key(message: MqttMessage) -> Sample:
 # -- 2 and 3. recorder subprocess at the USB ceiling ---------------------------------------------
 
 
-@dataclass
-class Point:
+class Point(msgspec.Struct):
     """One ``meta/status`` update with the processes' CPU seconds read when it arrived."""
 
     COUNTERS: ClassVar = ("packets", "packets_lost", "mqtt_dropped")

@@ -45,8 +45,9 @@ import resource
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
@@ -121,8 +122,7 @@ def decode_path(log: Path) -> None:
 # -- one run ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
+class Run(msgspec.Struct, frozen=True):
     """One receiver's run over one log at one pace."""
 
     cpu_s: float

@@ -33,9 +33,10 @@ import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
@@ -223,8 +224,7 @@ def run_reference(datagrams: Sequence[bytes], path: Path) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Figures:
+class Figures(msgspec.Struct, frozen=True):
     """One receiver's best pass."""
 
     name: str

@@ -27,8 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
@@ -53,8 +54,7 @@ SAMPLE_INTERVAL_S = 2.0
 VEHICLE_ID = "soak"
 
 
-@dataclass
-class SoakResult:
+class SoakResult(msgspec.Struct):
     """What a soak run measured."""
 
     packets: int = 0
@@ -67,9 +67,9 @@ class SoakResult:
     files_checked: int = 0
     files_identical: int = 0
     files_lossy: int = 0
-    files_invalid: list[str] = field(default_factory=list)
-    rss_kb: list[tuple[float, int]] = field(default_factory=list)
-    error_lines: list[str] = field(default_factory=list)
+    files_invalid: list[str] = msgspec.field(default_factory=list)
+    rss_kb: list[tuple[float, int]] = msgspec.field(default_factory=list)
+    error_lines: list[str] = msgspec.field(default_factory=list)
     mqtt_published: int = 0
     mqtt_dropped: int = 0
     duration_s: float = 0.0

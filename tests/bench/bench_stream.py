@@ -10,9 +10,10 @@ from __future__ import annotations
 import struct
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
@@ -64,7 +65,7 @@ def main() -> None:
     ulog = make_log(megabytes)
     packets = packetize(ulog)
     lossy = [p for p in packets if p.sequence % 100 != 50]  # 1 % loss
-    acked = [replace(p, needs_ack=True) for p in packets]
+    acked = [msgspec.structs.replace(p, needs_ack=True) for p in packets]
     print(f"{len(ulog) / 1e6:.1f} MB of ULog, {len(packets)} packets")
     for name, stream in (("lossless", packets), ("1% loss", lossy), ("all ACKED", acked)):
         best = min(run(stream)[0] for _ in range(3))

@@ -26,10 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 from pyulog import ULog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, uninstalled
@@ -174,8 +174,7 @@ READERS = {"ulogstream": "u", "pyulog": "p"}
 """One letter each: both children get the same argv and environment, so the same heap."""
 
 
-@dataclass(frozen=True)
-class PeakMemory:
+class PeakMemory(msgspec.Struct, frozen=True):
     """Peak memory of reading one file whole, in KiB (medians over fresh processes)."""
 
     rss_over_imports: int

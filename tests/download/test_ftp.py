@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import replace
 
+import msgspec
 import pytest
 
 from ulogstream.download.ftp import (
@@ -59,7 +59,7 @@ def run(
             if isinstance(output, FtpMessage):
                 sent.append(output)
                 if rng.random() >= lose_requests:
-                    card.receive_ftp(replace(output, system_id=255), now)
+                    card.receive_ftp(msgspec.structs.replace(output, system_id=255), now)
             elif isinstance(output, WriteLogData):
                 assert output.ofs not in written
                 written[output.ofs] = output.data

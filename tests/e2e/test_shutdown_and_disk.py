@@ -9,10 +9,10 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 from support.end_to_end import (
     CountingTransport,
@@ -148,8 +148,7 @@ def interrupted(out: Path, content: bytes, *, when: datetime) -> Path:
     return part
 
 
-@dataclass(slots=True)
-class FakeDisk:
+class FakeDisk(msgspec.Struct):
     """Free space that shrinks as logs are written, until space is freed (a full-disk stand-in)."""
 
     root: Path
@@ -160,8 +159,7 @@ class FakeDisk:
         return Usage(free=MB + self.room - used)
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(msgspec.Struct, frozen=True):
     free: int
 
 

@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import logging
 import socket
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 from support.end_to_end import FAST, flight_log, recorder_settings
 from support.processes import with_sys_uuid
@@ -63,7 +63,7 @@ async def record_vehicles(
             run_vehicle(
                 log,
                 await UdpTransport.connect("127.0.0.1", port),
-                config=replace(
+                config=msgspec.structs.replace(
                     FAST, system_id=system_id, autopilot_version=system_id not in silent
                 ),
                 stop_event=stop,

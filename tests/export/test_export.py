@@ -8,9 +8,9 @@ import keyword
 import math
 import struct
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
 import numpy as np
 import pytest
 from mcap.reader import make_reader
@@ -115,8 +115,7 @@ def write_feature_log(path: Path) -> None:
     path.write_bytes(writer.getvalue())
 
 
-@dataclass
-class Expected:
+class Expected(msgspec.Struct):
     """What our reader reads from a log: the values the export must carry."""
 
     header_timestamp_us: int
@@ -189,14 +188,13 @@ def assert_rows_equal(
             assert same(value, actual[name]), (key, index, name, value, actual[name])
 
 
-@dataclass
-class ReadBack:
+class ReadBack(msgspec.Struct):
     """What a bag or MCAP file holds, per topic: messages and times in order."""
 
-    types: dict[str, str] = field(default_factory=dict)
-    messages: dict[str, list[object]] = field(default_factory=lambda: defaultdict(list))
-    times: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
-    raw: dict[str, list[bytes]] = field(default_factory=lambda: defaultdict(list))
+    types: dict[str, str] = msgspec.field(default_factory=dict)
+    messages: dict[str, list[object]] = msgspec.field(default_factory=lambda: defaultdict(list))
+    times: dict[str, list[int]] = msgspec.field(default_factory=lambda: defaultdict(list))
+    raw: dict[str, list[bytes]] = msgspec.field(default_factory=lambda: defaultdict(list))
     """Each message in ROS 1 wire form (bags as stored, MCAP's CDR converted by rosbags)."""
 
 

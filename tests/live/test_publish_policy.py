@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import asdict
 
 import msgpack
+import msgspec
 import numpy as np
 import pytest
 
@@ -127,7 +127,7 @@ def test_msgpack_and_raw_subtrees_carry_the_same_sample() -> None:
     settings = TopicChoice(
         vehicle_id="v1", root="r", default_rate_hz=0, encodings=("json", "msgpack", "ulog")
     )
-    out = run(PublishPolicy(**asdict(settings)), events_of(writer.getvalue()))
+    out = run(PublishPolicy(**msgspec.structs.asdict(settings)), events_of(writer.getvalue()))
 
     [packed] = by_topic(out, "r/v1/msgpack/sample/0")
     obj = msgpack.unpackb(packed.payload)
@@ -340,7 +340,7 @@ def test_per_topic_rates_and_include_exclude_patterns() -> None:
 
     def json_counts(settings: TopicChoice) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for m in run(PublishPolicy(**asdict(settings)), events):
+        for m in run(PublishPolicy(**msgspec.structs.asdict(settings)), events):
             if "/json/" in m.topic:
                 counts[m.topic.split("/json/")[1]] = counts.get(m.topic.split("/json/")[1], 0) + 1
         return counts

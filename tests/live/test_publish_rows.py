@@ -9,9 +9,9 @@ import math
 import random
 import re
 from collections import defaultdict
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 import pytest
 from pyulog import ULog
@@ -44,7 +44,7 @@ def publish(log: bytes, settings: TopicChoice, *, select_rows: bool) -> list[Mqt
     The receive clock advances 2 ms a piece (about the USB ceiling's rate), with held samples
     flushed as the daemon does.
     """
-    policy = PublishPolicy(**asdict(settings))
+    policy = PublishPolicy(**msgspec.structs.asdict(settings))
     parser = ULogParser(rows=policy.rows_for if select_rows else None)
     out = policy.log_started(wall_time=WALL, now=0.0)
     rng = random.Random(5)  # noqa: S311 (reproducible cuts, not secrets)
@@ -94,7 +94,7 @@ def test_selected_rows_publish_the_same_messages_on_real_logs(name: str) -> None
 
 
 def test_rows_for_follows_the_rates_and_patterns() -> None:
-    policy = PublishPolicy(**asdict(SETTINGS[1]))
+    policy = PublishPolicy(**msgspec.structs.asdict(SETTINGS[1]))
     dtype = np.dtype([("timestamp", "<u8")])
 
     def rows(name: str) -> RowSelection:

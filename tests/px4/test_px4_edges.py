@@ -70,7 +70,9 @@ async def test_a_blackout_past_the_idle_timeout_keeps_the_log_going_without_a_st
     for instance in (*ours_first, *ours_continued):
         got = ours_first.get(instance, set()) | ours_continued.get(instance, set())
         assert got <= truth[instance], instance
-    # The second file starts after the blackout: nothing in it repeats the first.
+    # The second file starts after the blackout: nothing in it repeats the first. The 9 s are
+    # wall time; PX4's timestamps are its simulation's (lockstep), which lags the wall clock on
+    # a loaded machine (7.6 s of log time for the 9 s seen in one run with two test workers).
     last_first = max(max(stamps) for stamps in ours_first.values() if stamps)
     first_continued = min(min(stamps) for stamps in ours_continued.values() if stamps)
-    assert first_continued - last_first >= 8_000_000
+    assert first_continued - last_first >= 5_000_000

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 from support.end_to_end import flight_log, record, recorder_settings, vehicle_packets
 from support.processes import json_samples, recordings, subscriber
@@ -51,7 +51,7 @@ async def record_log(
     port = free_udp_port()
     settings = recorder_settings(f"udpin:127.0.0.1:{port}", tmp_path / "out")
     if mqtt is not None:
-        settings = dataclasses.replace(settings, mqtt=mqtt)
+        settings = msgspec.structs.replace(settings, mqtt=mqtt)
     recorder = Recorder(recorder_parts(settings, once=True), once=True, count_topics=count_topics)
     run = await record(log, recorder, f"udpout:127.0.0.1:{port}", config=USB)
     assert run.exit_code == 0

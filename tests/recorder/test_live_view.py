@@ -16,9 +16,9 @@ import os
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 import pytest
 from pyulog import ULog
@@ -47,8 +47,7 @@ LOGS = 3
 pytestmark = [pytest.mark.shared, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-@dataclass
-class Run:
+class Run(msgspec.Struct):
     """What one recorder run with its viewers produced."""
 
     source: Path
@@ -56,7 +55,7 @@ class Run:
     first: Viewer
     late: Viewer
     killed_while_receiving: int
-    parameters: list[dict[str, object]] = field(default_factory=list)
+    parameters: list[dict[str, object]] = msgspec.field(default_factory=list)
     log: str = ""
     """The recorder's log (stderr)."""
 

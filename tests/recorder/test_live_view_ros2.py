@@ -10,9 +10,9 @@ against the advertised schema. The oracle is pyulog reading the recorded files.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 from pyulog import ULog
 from support.foxglove_viewer import (
@@ -37,8 +37,7 @@ LOGS = 2
 pytestmark = [pytest.mark.shared, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-@dataclass
-class Run:
+class Run(msgspec.Struct):
     source: Path
     recordings: list[Path]
     viewer: Viewer

@@ -7,9 +7,9 @@ second is forgotten, or when a part renames what it is given.
 from __future__ import annotations
 
 import ast
-import dataclasses
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import ulogstream.recorder.wiring as wiring_module
@@ -61,7 +61,7 @@ def _used(section: str) -> set[str]:
 def test_every_setting_of_the_recorders_sections_reaches_the_wiring(
     section: str, settings: type[object]
 ) -> None:
-    fields = {f.name for f in dataclasses.fields(settings)}  # type: ignore[arg-type]
+    fields = {f.name for f in msgspec.structs.fields(settings)}  # type: ignore[arg-type]
     used = _used(section) | {key for s, key in READ_ELSEWHERE if s == section}
     assert fields - used == set(), f"[{section}] keys the wiring never reads"
 

@@ -8,9 +8,9 @@ import errno
 import json
 import os
 import struct
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 from support.waiting import eventually
 
@@ -79,17 +79,16 @@ BEFORE_STOP = sum(len(m.data) for m in _SPLIT.messages[: _SPLIT.tail_start]) - M
 """Bytes surely sent before STOP: all but the post-flight tail and the unflushed partial packet."""
 
 
-@dataclass
-class MiniReceiver:
+class MiniReceiver(msgspec.Struct):
     """The least a receiver must do: START, ack every acked copy, collect by sequence, STOP."""
 
     transport: Transport
-    codec: MavlinkCodec = field(
+    codec: MavlinkCodec = msgspec.field(
         default_factory=lambda: MavlinkCodec(system_id=RECEIVER_ID[0], component_id=RECEIVER_ID[1])
     )
-    packets: dict[int, bytes] = field(default_factory=dict)
+    packets: dict[int, bytes] = msgspec.field(default_factory=dict)
     copies: int = 0
-    acks: list[CommandAck] = field(default_factory=list)
+    acks: list[CommandAck] = msgspec.field(default_factory=list)
     heartbeats: int = 0
 
     def command(self, command: int) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 import struct
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 
 from ulogstream.errors import ULogFormatError
@@ -90,14 +90,13 @@ def ack(sequence: int, source: tuple[int, int] = GCS) -> LoggingAck:
     return LoggingAck(sequence, source[0], source[1], 1, 1)
 
 
-@dataclass
-class Harness:
+class Harness(msgspec.Struct):
     """A fake-clock receiver that acks every acked packet at once (unless told not to)."""
 
     vehicle: SimVehicle
     now: float = 0.0
     ack: bool = True
-    log: list[tuple[float, VehicleOutput]] = field(default_factory=list)
+    log: list[tuple[float, VehicleOutput]] = msgspec.field(default_factory=list)
 
     def feed(self, outputs: list[VehicleOutput]) -> None:
         pending = list(outputs)

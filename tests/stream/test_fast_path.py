@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.packetize import make_ulog, packetize, random_boundaries, split, written
@@ -65,11 +65,19 @@ def damaged(packets: list[LoggingPacket], rng: random.Random) -> list[LoggingPac
             out.insert(len(out) - rng.randint(1, min(5, len(out))), packet)  # late
         elif roll < 0.13:
             offset = rng.choice([0, 1, 255, len(packet.data) - 1, len(packet.data)])
-            out.append(replace(packet, first_message_offset=offset))  # framing that disagrees
+            out.append(
+                msgspec.structs.replace(packet, first_message_offset=offset)
+            )  # framing that disagrees
         elif roll < 0.14:
-            out.append(replace(packet, sequence=rng.randrange(1 << 16)))  # a wild sequence
+            out.append(
+                msgspec.structs.replace(packet, sequence=rng.randrange(1 << 16))
+            )  # a wild sequence
         elif roll < 0.15:
-            out.append(replace(packet, data=packet.data[: rng.randrange(len(packet.data) + 1)]))
+            out.append(
+                msgspec.structs.replace(
+                    packet, data=packet.data[: rng.randrange(len(packet.data) + 1)]
+                )
+            )
         else:
             out.append(packet)
     return out
@@ -93,7 +101,7 @@ def reassembled(packets: list[LoggingPacket], *, fast: bool) -> tuple[list[objec
         reassembler.receive_packet_into(packet, now, out)
     reassembler.handle_timer(math.inf, out)
     reassembler.end_log(LogEndReason.STOPPED, complete=True, out=out)
-    return [*out, ("taken", taken if fast else None)], asdict(reassembler.counters)
+    return [*out, ("taken", taken if fast else None)], msgspec.structs.asdict(reassembler.counters)
 
 
 @settings(max_examples=60, deadline=None)
@@ -145,13 +153,17 @@ def through_session(packets: list[LoggingPacket], *, fast: bool) -> tuple[list[S
 
 
 def test_the_session_takes_only_its_autopilots_data_addressed_to_it() -> None:
-    strangers = [replace(PACKETS[0], system_id=2)]  # another autopilot's log start
+    strangers = [msgspec.structs.replace(PACKETS[0], system_id=2)]  # another autopilot's log start
     for n, packet in enumerate(PACKETS):
         strangers.append(packet)
         if n % 3 == 0:
-            strangers.append(replace(packet, system_id=2, data=bytes(len(packet.data))))
+            strangers.append(
+                msgspec.structs.replace(packet, system_id=2, data=bytes(len(packet.data)))
+            )
         if n % 5 == 1:
-            strangers.append(replace(packet, target_system=7, data=bytes(len(packet.data))))
+            strangers.append(
+                msgspec.structs.replace(packet, target_system=7, data=bytes(len(packet.data)))
+            )
     general, _ = through_session(strangers, fast=False)
     fast, taken = through_session(strangers, fast=True)
     assert fast == general

@@ -3,9 +3,9 @@ from __future__ import annotations
 import math
 import random
 import struct
-from dataclasses import replace
 from typing import TypeVar
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -112,7 +112,7 @@ def test_lossless_random_packetisation_is_byte_identical() -> None:
 
 
 def test_every_acked_packet_is_acked_first_with_its_senders_address() -> None:
-    packets = [replace(p, system_id=7, component_id=1) for p in PACKETS]
+    packets = [msgspec.structs.replace(p, system_id=7, component_id=1) for p in PACKETS]
     reassembler = LogStreamReassembler()
     for number, packet in enumerate(packets):
         outputs = reassembler.receive_packet(packet, number * 0.001)
@@ -316,7 +316,7 @@ def test_loss_across_the_wrap_counts_the_right_number_of_packets() -> None:
     reassembler = LogStreamReassembler(reorder_packets=0)
     feed(PACKETS[:20], reassembler)
     reassembler._last_sequence = 0xFFFD  # as if 65534 packets had passed
-    late = replace(PACKETS[20], sequence=2)
+    late = msgspec.structs.replace(PACKETS[20], sequence=2)
     outputs = reassembler.receive_packet(late, 1.0)
     assert PacketsLost(2, 4) in outputs  # 0xFFFE, 0xFFFF, 0, 1
 
@@ -403,7 +403,9 @@ def test_every_gap_after_the_definitions_gets_one_dropout() -> None:
 
 def test_offset_that_disagrees_with_the_pending_message_resyncs_there() -> None:
     index = next(n for n, p in enumerate(PACKETS) if n > 5 and 3 < p.first_message_offset < 200)
-    bad = replace(PACKETS[index], first_message_offset=PACKETS[index].first_message_offset + 1)
+    bad = msgspec.structs.replace(
+        PACKETS[index], first_message_offset=PACKETS[index].first_message_offset + 1
+    )
     reassembler = LogStreamReassembler()
     outputs = feed([*PACKETS[:index], bad, *PACKETS[index + 1 :]], reassembler)
     mismatches = of_type(outputs, FramingMismatch)
@@ -443,7 +445,7 @@ def test_message_ending_inside_a_packet_without_message_start_resyncs() -> None:
         and PACKETS[n + 1].first_message_offset not in {0, 255}
     )
     # Claim "no message starts here" for the packet after: the pending message then ends early.
-    bad_next = replace(PACKETS[index + 1], first_message_offset=255)
+    bad_next = msgspec.structs.replace(PACKETS[index + 1], first_message_offset=255)
     reassembler = LogStreamReassembler()
     outputs = feed([*PACKETS[: index + 1], bad_next, *PACKETS[index + 2 :]], reassembler)
     assert [m.sequence for m in of_type(outputs, FramingMismatch)] == [index + 1]
@@ -453,7 +455,7 @@ def test_message_ending_inside_a_packet_without_message_start_resyncs() -> None:
 
 def test_no_message_start_right_after_a_message_boundary_resyncs() -> None:
     index = next(n for n, p in enumerate(PACKETS) if n > 5 and p.first_message_offset == 0)
-    bad = replace(PACKETS[index], first_message_offset=255)
+    bad = msgspec.structs.replace(PACKETS[index], first_message_offset=255)
     outputs = feed([*PACKETS[:index], bad, *PACKETS[index + 1 :]])
     assert of_type(outputs, FramingMismatch) == [FramingMismatch(index, len(bad.data))]
     assert_whole_messages(outputs)
@@ -491,7 +493,10 @@ def test_garbage_packets_are_dropped_without_ack(length: int, offset: int) -> No
 
 def test_empty_packet_without_message_start_changes_nothing() -> None:
     empty = LoggingPacket(10, 255, b"", needs_ack=False)
-    renumbered = [replace(p, sequence=p.sequence + 1) if p.sequence >= 10 else p for p in PACKETS]
+    renumbered = [
+        msgspec.structs.replace(p, sequence=p.sequence + 1) if p.sequence >= 10 else p
+        for p in PACKETS
+    ]
     outputs = feed([*renumbered[:10], empty, *renumbered[10:]])
     assert written(outputs) == ULOG
 
@@ -502,9 +507,9 @@ def test_empty_packet_without_message_start_changes_nothing() -> None:
 @pytest.mark.parametrize(
     "first",
     [
-        replace(PACKETS[0], data=b"ULog\x01\x12\x36" + PACKETS[0].data[7:]),
-        replace(PACKETS[0], data=PACKETS[0].data[:10]),
-        replace(PACKETS[0], first_message_offset=5),
+        msgspec.structs.replace(PACKETS[0], data=b"ULog\x01\x12\x36" + PACKETS[0].data[7:]),
+        msgspec.structs.replace(PACKETS[0], data=PACKETS[0].data[:10]),
+        msgspec.structs.replace(PACKETS[0], first_message_offset=5),
         PACKETS[5],
     ],
     ids=["wrong-magic", "shorter-than-header", "offset-not-zero", "mid-stream"],
@@ -725,7 +730,8 @@ def test_px4_boundaries_flush_at_the_end_of_the_definitions() -> None:
 def test_empty_packet_right_after_a_message_boundary_changes_nothing() -> None:
     index = next(n for n, p in enumerate(PACKETS) if n > 5 and p.first_message_offset == 0)
     renumbered = [
-        replace(p, sequence=p.sequence + 1) if p.sequence >= index else p for p in PACKETS
+        msgspec.structs.replace(p, sequence=p.sequence + 1) if p.sequence >= index else p
+        for p in PACKETS
     ]
     empty = LoggingPacket(index, 255, b"", needs_ack=False)
     reassembler = LogStreamReassembler()

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TypeVar
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -114,8 +114,14 @@ def test_start_sends_heartbeat_and_start_and_retries_every_second() -> None:
     assert state(session) is SessionState.STARTING
     assert session.next_deadline() == 11.0
     assert session.handle_timer(10.5) == []
-    assert session.handle_timer(11.0) == [SendHeartbeat(), replace(START, confirmation=1)]
-    assert session.handle_timer(12.0) == [SendHeartbeat(), replace(START, confirmation=2)]
+    assert session.handle_timer(11.0) == [
+        SendHeartbeat(),
+        msgspec.structs.replace(START, confirmation=1),
+    ]
+    assert session.handle_timer(12.0) == [
+        SendHeartbeat(),
+        msgspec.structs.replace(START, confirmation=2),
+    ]
 
 
 def test_heartbeat_is_an_onboard_controller_never_a_gcs() -> None:
@@ -160,7 +166,7 @@ def test_start_in_progress_postpones_the_retry() -> None:
     session.receive(ack(MAV_CMD_LOGGING_START, MavResult.IN_PROGRESS), 0.8)
     assert session.next_deadline() == 1.0  # the heartbeat
     assert session.handle_timer(1.0) == [SendHeartbeat()]
-    assert session.handle_timer(1.8) == [replace(START, confirmation=1)]
+    assert session.handle_timer(1.8) == [msgspec.structs.replace(START, confirmation=1)]
 
 
 def test_temporarily_rejected_stops_then_starts_once_more() -> None:
@@ -169,7 +175,10 @@ def test_temporarily_rejected_stops_then_starts_once_more() -> None:
     rejected = ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED)
     assert session.receive(rejected, 0.1) == [STOP]
     assert state(session) is SessionState.RESTARTING
-    assert session.handle_timer(1.1) == [SendHeartbeat(), replace(STOP, confirmation=1)]
+    assert session.handle_timer(1.1) == [
+        SendHeartbeat(),
+        msgspec.structs.replace(STOP, confirmation=1),
+    ]
     assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.IN_PROGRESS), 1.2) == []
     assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 1.3) == [START]
     assert state(session) is SessionState.STARTING
@@ -251,7 +260,7 @@ def test_every_acked_copy_is_acked_before_any_other_output() -> None:
     session = streaming_session()
     second = packetize(make_ulog(100, seed=9, timestamp_us=999))
     stream = [*PACKETS[:12], PACKETS[11], PACKETS[14], PACKETS[13], *PACKETS[15:40], *second]
-    stream = [replace(p, needs_ack=True) for p in stream]
+    stream = [msgspec.structs.replace(p, needs_ack=True) for p in stream]
     for number, packet in enumerate(stream):
         outputs = session.receive(packet, 0.1 + number * 0.001)
         assert outputs[0] == SendAck(packet.sequence, 1, 1)
@@ -263,10 +272,10 @@ def test_every_acked_copy_is_acked_before_any_other_output() -> None:
 @pytest.mark.parametrize(
     "packet",
     [
-        replace(PACKETS[0], system_id=2),
-        replace(PACKETS[0], component_id=100),
-        replace(PACKETS[0], target_system=255),
-        replace(PACKETS[0], target_component=190),
+        msgspec.structs.replace(PACKETS[0], system_id=2),
+        msgspec.structs.replace(PACKETS[0], component_id=100),
+        msgspec.structs.replace(PACKETS[0], target_system=255),
+        msgspec.structs.replace(PACKETS[0], target_component=190),
     ],
     ids=["other-vehicle", "other-component", "other-system", "other-client"],
 )
@@ -281,7 +290,7 @@ def test_packets_not_from_the_autopilot_to_us_get_nothing_not_even_an_ack(
 
 def test_packets_addressed_to_broadcast_are_accepted() -> None:
     session = streaming_session()
-    packet = replace(PACKETS[0], target_system=0, target_component=0)
+    packet = msgspec.structs.replace(PACKETS[0], target_system=0, target_component=0)
     assert session.receive(packet, 0.1)[:2] == [SendAck(0, 1, 1), LogStarted(123)]
 
 
@@ -339,7 +348,7 @@ def test_stop_keeps_acking_and_writing_until_accepted_and_quiet() -> None:
     assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 2.6) == []
     # PX4 sends the end of the log (post-flight perf) as ACKED packets after ACCEPTED.
     for number, packet in enumerate(PACKETS[150:]):
-        got = session.receive(replace(packet, needs_ack=True), 2.7 + number * 0.01)
+        got = session.receive(msgspec.structs.replace(packet, needs_ack=True), 2.7 + number * 0.01)
         assert got[0] == SendAck(packet.sequence, 1, 1)
         outputs += got
     last = 2.7 + (len(PACKETS) - 151) * 0.01
@@ -366,7 +375,7 @@ def test_stop_over_a_slow_link_waits_while_the_end_of_the_log_trickles_in() -> N
     now = 1.1
     for packet in PACKETS[50:]:
         outputs += run_timers(session, now)
-        outputs += session.receive(replace(packet, needs_ack=True), now)
+        outputs += session.receive(msgspec.structs.replace(packet, needs_ack=True), now)
         now += 0.3
     assert of_type(outputs, LogEnded) == []
     outputs += run_timers(session, now + 2.0)
@@ -402,7 +411,7 @@ def test_acks_continue_after_the_stream_ended() -> None:
     session.stop(1.0)
     session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 1.1)
     assert of_type(run_timers(session, 10.0), StreamEnded) == [StreamEnded()]
-    late = replace(PACKETS[5], needs_ack=True)
+    late = msgspec.structs.replace(PACKETS[5], needs_ack=True)
     assert session.receive(late, 11.2) == [SendAck(5, 1, 1)]
     assert session.receive(late, 11.3) == [SendAck(5, 1, 1)]
     assert session.receive(PACKETS[6], 11.4) == []
@@ -414,9 +423,9 @@ def test_unanswered_stop_is_resent_then_given_up_after_the_stop_timeout() -> Non
     session.stop(1.0)
     outputs = run_timers(session, 10.0)
     assert of_type(outputs, SendCommand) == [
-        replace(STOP, confirmation=1),
-        replace(STOP, confirmation=2),
-        replace(STOP, confirmation=3),
+        msgspec.structs.replace(STOP, confirmation=1),
+        msgspec.structs.replace(STOP, confirmation=2),
+        msgspec.structs.replace(STOP, confirmation=3),
     ]
     assert outputs[-2:] == [LogEnded(LogEndReason.STOP_TIMEOUT, complete=False), StreamEnded()]
 
@@ -495,7 +504,9 @@ def test_outage_past_the_timeout_then_the_same_logs_data_continues_it_in_a_new_f
     # The link is back at 35 s: PX4 answers that it still streams (the log of before).
     rejected = session.receive(ack(MAV_CMD_LOGGING_START, MavResult.TEMPORARILY_REJECTED), 35.0)
     assert rejected == []
-    assert of_type(run_timers(session, 36.0), SendCommand) == [replace(START, confirmation=1)]
+    assert of_type(run_timers(session, 36.0), SendCommand) == [
+        msgspec.structs.replace(START, confirmation=1)
+    ]
     outputs = feed(session, PACKETS[140:], start=36.05)
     assert of_type(outputs, SendCommand) == []  # never a STOP
     assert outputs[0] == LogStarted(123, continued=True)
@@ -528,7 +539,7 @@ def test_rejected_while_the_ended_log_may_come_back_stops_only_after_the_data_ti
     assert outputs == [STOP]  # none of it came for data_timeout: that stream is not ours
     assert state(session) is SessionState.RESTARTING
     # The end of the log that PX4 sends after that STOP (ACKED) still goes on with the log.
-    end = replace(PACKETS[-1], needs_ack=True)
+    end = msgspec.structs.replace(PACKETS[-1], needs_ack=True)
     tail = session.receive(end, 20.7)
     assert tail[:2] == [SendAck(end.sequence, 1, 1), LogStarted(123, continued=True)]
     assert session.receive(ack(MAV_CMD_LOGGING_STOP, MavResult.ACCEPTED), 20.8) == [START]
@@ -543,7 +554,9 @@ def test_data_after_an_outage_past_half_the_sequence_circle_is_a_gap_not_stale()
     run_timers(session, 3.0)
     assert state(session) is SessionState.OUTAGE
     # 20 s away at the USB ceiling: 42,000 packets went by, past half the uint16 circle.
-    later = [replace(p, sequence=(p.sequence + 42_000) & 0xFFFF) for p in PACKETS[100:]]
+    later = [
+        msgspec.structs.replace(p, sequence=(p.sequence + 42_000) & 0xFFFF) for p in PACKETS[100:]
+    ]
     outputs = feed(session, later, start=20.0)
     assert session.counters.stale == 0
     assert of_type(outputs, PacketsLost) == [PacketsLost(later[0].sequence, 42_000)]
@@ -620,7 +633,7 @@ def test_restart_stop_in_progress_means_wait_not_resend_every_second() -> None:
     for now in (1.1, 1.9, 2.9, 3.9, 4.9, 5.8):
         assert not [o for o in session.handle_timer(now) if isinstance(o, SendCommand)]
     # No ACCEPTED within stop_timeout of IN_PROGRESS: the STOP is sent once more.
-    assert session.handle_timer(5.9) == [replace(STOP, confirmation=1)]
+    assert session.handle_timer(5.9) == [msgspec.structs.replace(STOP, confirmation=1)]
 
 
 def test_late_timer_sends_one_heartbeat_not_a_burst() -> None:
@@ -671,7 +684,7 @@ def test_bad_settings_are_refused(settings: dict[str, float], message: str) -> N
 def test_old_stream_data_while_starting_is_acked_and_dropped_quietly() -> None:
     session = LoggingSession(target_system=1)
     session.start(0.0)
-    leftover = replace(PACKETS[40], needs_ack=True)
+    leftover = msgspec.structs.replace(PACKETS[40], needs_ack=True)
     assert session.receive(leftover, 0.1) == [SendAck(40, 1, 1)]
     assert session.receive(PACKETS[41], 2.0) == []
     assert state(session) is SessionState.STARTING
@@ -723,7 +736,7 @@ def test_session_invariants_hold_for_any_event_sequence(
         match event:
             case ("packet" | "second" as which, int(index), bool(needs_ack)):
                 packet = (SMALL if which == "packet" else SECOND)[index]
-                acked_packet = replace(packet, needs_ack=needs_ack)
+                acked_packet = msgspec.structs.replace(packet, needs_ack=needs_ack)
                 outputs = session.receive(acked_packet, now)
             case ("ack", int(command), int(result), bool(ours)):
                 target = ME if ours else (255, 190)

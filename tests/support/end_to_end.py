@@ -17,9 +17,9 @@ import io
 import os
 import tty
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
 from pyulog import ULog
 
 from ulogstream.adapters.udp_transport import UdpTransport
@@ -86,8 +86,7 @@ def flight_log(duration_s: float, seed: int = 0, start_timestamp_us: int = 16_00
     return out.getvalue()
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
+class Span(msgspec.Struct, frozen=True):
     """One ULog message (or the 16-byte file header, ``msg_type`` 0) at ``start:end``."""
 
     start: int
@@ -384,8 +383,7 @@ def deliveries_of(summary: SimSummary, log_index: int) -> list[DeliveredPacket]:
 # Links
 
 
-@dataclass(slots=True)
-class PtyPair:
+class PtyPair(msgspec.Struct):
     """A real pseudo-terminal: the recorder opens ``device``, the vehicle writes on ``master``.
 
     The test keeps the slave open too, so the master never reads EIO between the recorder's
@@ -557,14 +555,13 @@ def recorder_settings(
     )
 
 
-@dataclass(slots=True)
-class Session:
+class Session(msgspec.Struct):
     """What one recorder-plus-vehicle run produced."""
 
     recorder: Recorder
     summary: SimSummary
     exit_code: int
-    delivered_logs: list[int] = field(default_factory=list)
+    delivered_logs: list[int] = msgspec.field(default_factory=list)
 
     @property
     def files(self) -> list[Path]:

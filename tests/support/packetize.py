@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import random
 import struct
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.stream.packets import (
     MAV_COMP_ID_LOG,
@@ -36,8 +37,7 @@ if TYPE_CHECKING:
     from ulogstream.stream.session import SessionOutput
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(msgspec.Struct, frozen=True):
     """One ULog message (or the file header, ``msg_type`` 0) at ``start:end`` of the log."""
 
     start: int

@@ -17,11 +17,11 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 import aiomqtt
+import msgspec
 from pyulog import ULog
 
 from ulogstream.adapters.ulog_file import read
@@ -226,8 +226,7 @@ class Process:
                 self.process.wait(timeout=5)
 
 
-@dataclass(frozen=True)
-class Flight:
+class Flight(msgspec.Struct, frozen=True, dict=True):
     """A generated flight log on disk and in memory."""
 
     path: Path
@@ -367,8 +366,7 @@ def assert_subsequence_of_source(recording: bytes, source: bytes) -> int:
     return dropouts
 
 
-@dataclass(frozen=True, slots=True)
-class Received:
+class Received(msgspec.Struct, frozen=True):
     """One message a test subscriber got."""
 
     topic: str

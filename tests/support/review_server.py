@@ -30,9 +30,10 @@ import email.parser
 import email.policy
 import json
 import uuid
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Literal, Self
+
+import msgspec
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -44,22 +45,20 @@ HANG = 0
 """An entry of ``answers``: read the upload, then never answer."""
 
 
-@dataclass
-class Upload:
+class Upload(msgspec.Struct):
     """One request the server read: its path, form fields and files (part -> name, bytes)."""
 
     path: str
-    fields: dict[str, str] = field(default_factory=dict)
-    files: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+    fields: dict[str, str] = msgspec.field(default_factory=dict)
+    files: dict[str, tuple[str, bytes]] = msgspec.field(default_factory=dict)
     status: int = 0
 
 
-@dataclass
-class ReviewServer:
+class ReviewServer(msgspec.Struct):
     """A Flight Review server of one generation on 127.0.0.1 (a free port); use ``async with``."""
 
     api: Literal["plot_app", "api"]
-    answers: list[int] = field(default_factory=list)
+    answers: list[int] = msgspec.field(default_factory=list)
     parse_s: float = 0.0
     """``plot_app``: seconds spent parsing a stored log before answering (real: 2.6-7 s)."""
     max_body: int | None = None
@@ -67,15 +66,15 @@ class ReviewServer:
     body_limit: int | None = None
     """A body larger than this gets Tornado's answer to its ``max_body_size``: ``400 Bad
     Request`` from the headers alone, then the connection is closed unread (a reset)."""
-    received: list[Upload] = field(default_factory=list)
+    received: list[Upload] = msgspec.field(default_factory=list)
     """Every request read, with the status it got."""
-    stored: dict[str, bytes] = field(default_factory=dict)
+    stored: dict[str, bytes] = msgspec.field(default_factory=dict)
     """Logs accepted: id -> the file's bytes."""
-    tokens: dict[str, str] = field(default_factory=dict)
+    tokens: dict[str, str] = msgspec.field(default_factory=dict)
     """``api``: id -> delete token handed out."""
     port: int = 0
     _server: asyncio.Server | None = None
-    _hanging: list[asyncio.StreamWriter] = field(default_factory=list)
+    _hanging: list[asyncio.StreamWriter] = msgspec.field(default_factory=list)
 
     @property
     def url(self) -> str:

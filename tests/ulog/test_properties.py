@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.ulog_builders import normalise, of_type, parse, sample_log
@@ -47,8 +47,7 @@ def test_chunking_invariant_holds_for_corrupt_logs(
     assert parse_or_error(data, chunks) == parse_or_error(data, None)
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(msgspec.Struct, frozen=True):
     type_name: str
     length: int | None
     name: str

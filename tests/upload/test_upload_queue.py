@@ -7,9 +7,9 @@ import json
 import logging
 import os
 import sys
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 from support.review_server import ReviewServer
 from support.waiting import eventually, running
@@ -266,7 +266,7 @@ async def test_the_upload_command_never_sees_the_mqtt_password(
 def test_a_journal_entry_keeps_the_flight_summary(tmp_path: Path) -> None:
     log = tmp_path / "2026-11-25" / "12_34_56.ulg"
     flight: dict[str, str | int | float | None] = {"duration_s": 61.5, "firmware": "v1.15.2"}
-    info = replace(info_of(log), flight={**flight, "takeoff_time": None})
+    info = msgspec.structs.replace(info_of(log), flight={**flight, "takeoff_time": None})
     journal = UploadJournal(tmp_path / "queue")
     journal.write(PendingUpload(info, attempts=1))
 

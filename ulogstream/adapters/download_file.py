@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
+
+import msgspec
 
 from ulogstream.errors import UlogstreamError
 
@@ -35,8 +36,7 @@ class DownloadFileError(UlogstreamError):
     """The download's file cannot be written, or the finished file is not the vehicle's size."""
 
 
-@dataclass(frozen=True, slots=True)
-class LogIdentity:
+class LogIdentity(msgspec.Struct, frozen=True):
     """Which log a download holds: the vehicle's system id, the log's time and size.
 
     Log ids shift when the vehicle deletes logs, so a partial download is matched by these.

@@ -28,10 +28,11 @@ import mmap
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from ulogstream.adapters.logbook import LOG_LAYOUT, Logbook, Tags
 from ulogstream.errors import UlogstreamError
@@ -96,8 +97,7 @@ class DiskFullError(UlogstreamError):
         self.path = path
 
 
-@dataclass(frozen=True, slots=True)
-class StartedLog:
+class StartedLog(msgspec.Struct, frozen=True):
     """A log that was opened, and the old logs rotation deleted to make room for it."""
 
     path: Path
@@ -106,8 +106,7 @@ class StartedLog:
     """Finished logs deleted by ``max_logs`` / ``max_total_mb``, oldest first."""
 
 
-@dataclass(frozen=True, slots=True)
-class DiscardedLog:
+class DiscardedLog(msgspec.Struct, frozen=True):
     """A log that ended without one data message: not a flight, so its file was removed.
 
     PX4 ends its stream when an ACKED packet of the header goes unanswered for 2.5 s (a blackout
@@ -118,8 +117,7 @@ class DiscardedLog:
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class FinishedLog:
+class FinishedLog(msgspec.Struct, frozen=True):
     """A log that was closed and renamed to ``.ulg``."""
 
     path: Path
@@ -131,8 +129,7 @@ class FinishedLog:
     """Why the log was finished early, if it was."""
 
 
-@dataclass(frozen=True, slots=True)
-class RecoveredFile:
+class RecoveredFile(msgspec.Struct, frozen=True):
     """A ``.ulg.part`` left by an interrupted recording, and what start-up recovery did with it."""
 
     part_path: Path
@@ -171,8 +168,7 @@ class RecoveredFile:
         return f"recovered {self.path} from an interrupted recording ({self.size} bytes)"
 
 
-@dataclass(slots=True)
-class _OpenLog:
+class _OpenLog(msgspec.Struct):
     fd: int
     part_path: Path
     final_path: Path
@@ -180,8 +176,7 @@ class _OpenLog:
     dir_synced: bool = False
 
 
-@dataclass(slots=True)
-class _Series:
+class _Series(msgspec.Struct):
     """The files of one log: the first one's folder and stem, and how many there are."""
 
     folder: Path

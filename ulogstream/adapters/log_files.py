@@ -21,8 +21,9 @@ import contextlib
 import logging
 import queue
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.adapters.file_sink import DiscardedLog, DiskFullError, FinishedLog
 
@@ -45,8 +46,7 @@ DEFAULT_MAX_BACKLOG = 64 << 20
 about two minutes at the USB streaming ceiling."""
 
 
-@dataclass(frozen=True, slots=True)
-class LogOpened:
+class LogOpened(msgspec.Struct, frozen=True):
     """The worker created the log's ``.ulg.part``; ``deleted`` are logs rotation removed."""
 
     log_id: int
@@ -54,8 +54,7 @@ class LogOpened:
     deleted: tuple[Path, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class LogFinished:
+class LogFinished(msgspec.Struct, frozen=True):
     """The log was fsynced and renamed to ``.ulg``; ``how`` is what the caller said."""
 
     log_id: int
@@ -63,16 +62,14 @@ class LogFinished:
     how: str
 
 
-@dataclass(frozen=True, slots=True)
-class LogDiscarded:
+class LogDiscarded(msgspec.Struct, frozen=True):
     """The log ended without one data message: its file was removed (no flight)."""
 
     log_id: int
     discarded: DiscardedLog
 
 
-@dataclass(frozen=True, slots=True)
-class LogFailed:
+class LogFailed(msgspec.Struct, frozen=True):
     """The disk failed this log (open or write); nothing more of it is written.
 
     ``path`` is the ``.ulg.part`` kept for start-up recovery, or None when none was created.
@@ -83,16 +80,14 @@ class LogFailed:
     error: str
 
 
-@dataclass(frozen=True, slots=True)
-class DiskFull:
+class DiskFull(msgspec.Struct, frozen=True):
     """The free-space guard stopped the log on a message boundary."""
 
     log_id: int
     error: DiskFullError
 
 
-@dataclass(frozen=True, slots=True)
-class FinishFailed:
+class FinishFailed(msgspec.Struct, frozen=True):
     """fsync or rename of a finished log failed; its ``.ulg.part`` stays for recovery."""
 
     log_id: int
@@ -104,21 +99,18 @@ FileEvent = LogOpened | LogFinished | LogDiscarded | LogFailed | DiskFull | Fini
 """Everything the worker reports."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Start:
+class _Start(msgspec.Struct, frozen=True):
     log_id: int
     continues: bool
 
 
-@dataclass(frozen=True, slots=True)
-class _Write:
+class _Write(msgspec.Struct, frozen=True):
     log_id: int
     chunks: list[bytes]
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Finish:
+class _Finish(msgspec.Struct, frozen=True):
     log_id: int
     how: str
 

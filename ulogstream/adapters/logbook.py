@@ -29,8 +29,9 @@ import logging
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.config.values import FLIGHT_INDEX_SUFFIX
 
@@ -56,13 +57,12 @@ Tags = dict[str, str | int]
 """What the recorder says about a log when it starts it (vehicle, link, system id)."""
 
 
-@dataclass(slots=True)
-class LoggedFile:
+class LoggedFile(msgspec.Struct):
     """One log the logbook knows, by its path relative to ``out_dir``."""
 
     path: str
     """``{vehicle}/{date}/{time}.ulg`` (the ``.ulg.part`` while it is being written)."""
-    tags: Tags = field(default_factory=dict)
+    tags: Tags = msgspec.field(default_factory=dict)
     size: int | None = None
     """Bytes when finished (None: not finished)."""
     upload_pending: bool = False
@@ -70,13 +70,12 @@ class LoggedFile:
     """Position in the logbook: finished logs are rotated in this order (oldest first)."""
 
 
-@dataclass(slots=True)
-class _State:
+class _State(msgspec.Struct):
     """The logbook folded from its lines."""
 
-    writing: dict[str, LoggedFile] = field(default_factory=dict)
+    writing: dict[str, LoggedFile] = msgspec.field(default_factory=dict)
     """Started and not finished, by ``.ulg.part`` path."""
-    finished: dict[str, LoggedFile] = field(default_factory=dict)
+    finished: dict[str, LoggedFile] = msgspec.field(default_factory=dict)
     """Finished and still on disk, by ``.ulg`` path."""
     lines: int = 0
 

@@ -14,9 +14,10 @@ import argparse
 import importlib
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
+
+import msgspec
 
 from ulogstream import __version__
 from ulogstream.cli.terminal import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE, PROG, os_error_text
@@ -33,8 +34,7 @@ class _ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see '{self.prog} --help')\n")
 
 
-@dataclass(frozen=True, slots=True)
-class Subcommand:
+class Subcommand(msgspec.Struct, frozen=True):
     """One ``ulogstream NAME`` command.
 
     Attributes:

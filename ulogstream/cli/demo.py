@@ -17,9 +17,10 @@ import socket
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
+
+import msgspec
 
 from ulogstream.adapters.ulog_file import read
 from ulogstream.cli.terminal import error_words, fit_line, terminal_width
@@ -58,8 +59,7 @@ MAX_TOPIC_ROWS = 18
 """Topic instances shown in the live view (most samples first)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DemoOptions:
+class DemoOptions(msgspec.Struct, frozen=True, kw_only=True):
     """What ``ulogstream demo`` takes.
 
     Attributes:
@@ -110,8 +110,7 @@ def foxglove_hint(listen: str) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class DemoResult:
+class DemoResult(msgspec.Struct, frozen=True):
     """What the demo recorded, measured against what the simulated PX4 streamed."""
 
     recording: Path | None
@@ -147,7 +146,7 @@ async def run_demo(options: DemoOptions, *, view: TextIO | None) -> DemoResult:
         port = free_udp_port()
         recording_settings = RecordingSettings(out_dir=options.out_dir, min_free_mb=50)
         if options.loop:
-            recording_settings = replace(
+            recording_settings = msgspec.structs.replace(
                 recording_settings, idle_timeout_s=LOOP_IDLE_TIMEOUT_S, max_logs=LOOP_MAX_LOGS
             )
         settings = Settings(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TextIO
+
+import msgspec
 
 from ulogstream.errors import ULogFormatError, UlogstreamError
 from ulogstream.ulog.dtypes import compile_format
@@ -35,8 +36,7 @@ from ulogstream.cli.terminal import PROG, CliError, ProgressLine, plural, warn
 EXPORT_FORMATS = ("csv", "rosbag", "mcap")
 
 
-@dataclass(slots=True)
-class TopicSummary:
+class TopicSummary(msgspec.Struct):
     """Data messages of one topic instance in a log file (``info``/``topics``; not live stats)."""
 
     message_size: int
@@ -51,8 +51,7 @@ class TopicSummary:
         return (self.count - 1) / ((self.last_us - self.first_us) / 1e6)
 
 
-@dataclass(slots=True, kw_only=True)
-class LogSummary(LogDescription):
+class LogSummary(LogDescription, kw_only=True):
     """Everything the file tools show about a log, gathered in one streaming pass.
 
     The log's description is the shared fold (:class:`~ulogstream.ulog.summary.LogDescription`);
@@ -62,7 +61,7 @@ class LogSummary(LogDescription):
     path: Path
     size: int
     last_us: int = 0
-    topics: dict[tuple[str, int], TopicSummary] = field(default_factory=dict)
+    topics: dict[tuple[str, int], TopicSummary] = msgspec.field(default_factory=dict)
 
     @property
     def version(self) -> int:

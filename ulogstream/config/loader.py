@@ -6,14 +6,15 @@ as :class:`~ulogstream.errors.ConfigError`; an unknown key is answered with the 
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import tomllib
 import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args, get_origin
+from typing import Literal, get_args, get_origin
+
+import msgspec
 
 from ulogstream.config.sections import (
     GROUPS,
@@ -30,10 +31,7 @@ from ulogstream.config.sections import (
 from ulogstream.config.values import SettingError
 from ulogstream.errors import ConfigError
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-_Section = typing.TypeVar("_Section", bound="DataclassInstance")
+_Section = typing.TypeVar("_Section", bound=msgspec.Struct)
 
 
 _S3_KEYS = "use AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or upload.s3.credentials_file"
@@ -120,9 +118,9 @@ def _build(cls: type[_Section], values: dict[str, object]) -> _Section:
     return cls(**built)
 
 
-def _is_section(hint: object) -> typing.TypeGuard[type[DataclassInstance]]:
-    """Whether a setting's type ``hint`` is a sub-section (a settings dataclass)."""
-    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
+def _is_section(hint: object) -> typing.TypeGuard[type[msgspec.Struct]]:
+    """Whether a setting's type ``hint`` is a sub-section (a settings struct)."""
+    return isinstance(hint, type) and issubclass(hint, msgspec.Struct)
 
 
 def parse_override(text: str) -> tuple[str, object]:
@@ -196,7 +194,7 @@ def _split_key(key: str, source: str) -> tuple[str, str, str | None]:
     hint = _field_hint(section, name, source)
     if _is_section(hint):
         if entry is None:
-            first = dataclasses.fields(hint)[0].name
+            first = hint.__struct_fields__[0]
             msg = f"{source}: {key} is a section; name a key in it, e.g. {key}.{first}"
             raise ConfigError(msg)
         _entry_hint(hint, f"{section}.{name}", entry, source)
@@ -211,7 +209,7 @@ def _split_key(key: str, source: str) -> tuple[str, str, str | None]:
 
 
 def _names(section: str) -> list[str]:
-    return [f.name for f in dataclasses.fields(GROUPS[section])]
+    return list(GROUPS[section].__struct_fields__)
 
 
 def all_keys() -> list[str]:
@@ -225,13 +223,13 @@ def all_keys() -> list[str]:
         for name in _names(section):
             hint = hints[name]
             if _is_section(hint):
-                keys += [f"{section}.{name}.{f.name}" for f in dataclasses.fields(hint)]
+                keys += [f"{section}.{name}.{field}" for field in hint.__struct_fields__]
             else:
                 keys.append(f"{section}.{name}")
     return keys
 
 
-def _entry_hint(cls: type[DataclassInstance], table: str, entry: str, source: str) -> object:
+def _entry_hint(cls: type[msgspec.Struct], table: str, entry: str, source: str) -> object:
     """The type of the key ``entry`` of the sub-section ``table`` (of settings class ``cls``)."""
     key = f"{table}.{entry}"
     if key in _INLINE_SECRETS:
@@ -239,7 +237,7 @@ def _entry_hint(cls: type[DataclassInstance], table: str, entry: str, source: st
         raise ConfigError(msg)
     hints = typing.get_type_hints(cls)
     if entry not in hints:
-        names = [f.name for f in dataclasses.fields(cls)]
+        names = list(cls.__struct_fields__)
         suggestion = _suggest(entry, names, dotted=True, prefix=f"{table}.")
         msg = f"{source}: unknown key {table}.{entry}{suggestion}"
         raise ConfigError(msg)

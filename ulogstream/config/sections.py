@@ -1,4 +1,4 @@
-"""The settings, one frozen dataclass per TOML section, named as the TOML keys and checked once.
+"""The settings, one frozen struct per TOML section, named as the TOML keys and checked once.
 
 ``configs/ulogstream.toml`` documents every setting with its default; a test keeps the two equal.
 A section checks its own values when it is made (:class:`~ulogstream.config.values.SettingError`
@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import types
 from collections.abc import Mapping  # noqa: TC003 (the loader reads the fields' types at run time)
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 from urllib.parse import urlsplit
+
+import msgspec
 
 from ulogstream.config.values import (
     CLIENT_ID_PLACEHOLDERS,
@@ -46,9 +47,6 @@ from ulogstream.config.values import (
 from ulogstream.stream.packets import MAV_COMP_ID_LOG
 from ulogstream.stream.reassembler import DEFAULT_REORDER_PACKETS, DEFAULT_REORDER_TIME
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
 Encoding = Literal["json", "msgpack", "ulog"]
 
 FoxgloveEncoding = Literal["json", "cdr"]
@@ -65,8 +63,7 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 ENCODINGS: tuple[Encoding, ...] = ("json", "msgpack", "ulog")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LinkSettings:
+class LinkSettings(msgspec.Struct, frozen=True, kw_only=True):
     """The MAVLink link to the vehicle and our identity on it.
 
     Attributes:
@@ -112,8 +109,7 @@ class LinkSettings:
             check_id("link.target_sysid", self.target_sysid)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RecordingSettings:
+class RecordingSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Where and how logs are written.
 
     Attributes:
@@ -162,8 +158,7 @@ class RecordingSettings:
         )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class MqttSettings:
+class MqttSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Live publishing to an MQTT broker (topics and payloads: docs/mqtt.md).
 
     Attributes:
@@ -223,7 +218,7 @@ class MqttSettings:
     password_env: str | None = None
     encodings: tuple[Encoding, ...] = ("json",)
     default_rate_hz: float = 10.0
-    rates: Mapping[str, float] = field(default_factory=dict)
+    rates: Mapping[str, float] = msgspec.field(default_factory=dict)
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     outbox_size: int = 10000
@@ -295,7 +290,7 @@ class MqttSettings:
             f"lists an encoding twice: {list(self.encodings)}",
         )
         # Frozen all the way down: the recorder shares one Settings between its tasks.
-        object.__setattr__(self, "rates", types.MappingProxyType(dict(self.rates)))
+        msgspec.structs.force_setattr(self, "rates", types.MappingProxyType(dict(self.rates)))
         check_non_negative("mqtt.default_rate_hz", self.default_rate_hz, " Hz")
         for topic, rate in self.rates.items():
             check_non_negative(f"mqtt.rates.{topic}", rate, " Hz")
@@ -310,8 +305,7 @@ class MqttSettings:
         return self.rates.get(topic, self.default_rate_hz)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FoxgloveSettings:
+class FoxgloveSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Live view in Foxglove over its WebSocket protocol (docs in the README).
 
     Attributes:
@@ -365,8 +359,7 @@ S3_MAX_PART_MB = 5 * 1024
 """S3's largest part, in MiB."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class S3Settings:
+class S3Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Uploading each finished log to S3 or an S3-compatible store (MinIO, Ceph, R2, ...).
 
     The object key is ``{prefix}/{vehicle}/{date}/{name}``. Credentials never stand here: they
@@ -455,8 +448,7 @@ FLIGHT_REVIEW_RATINGS = (
 """A Flight Review upload's ``type``: personal (unlisted) or a flight report (public list)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FlightReviewSettings:
+class FlightReviewSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Uploads to a Flight Review server (``upload.target = "flight_review"``).
 
     Attributes:
@@ -534,8 +526,7 @@ class FlightReviewSettings:
         )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class BackfillSettings:
+class BackfillSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Completing each flight's log from the vehicle's SD log (``recording.mode = while_armed``).
 
     Attributes:
@@ -553,8 +544,7 @@ class BackfillSettings:
         require(self.max_mb > 0, "backfill.max_mb", f"must be > 0 MB, not {self.max_mb}")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class UploadSettings:
+class UploadSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Shipping each finished log off the vehicle, to a target (a command, Flight Review, S3).
 
     Attributes:
@@ -585,8 +575,8 @@ class UploadSettings:
     queue_size: int = 100
     delete_after_upload: bool = False
     only_when_disarmed: bool = False
-    flight_review: FlightReviewSettings = field(default_factory=FlightReviewSettings)
-    s3: S3Settings = field(default_factory=S3Settings)
+    flight_review: FlightReviewSettings = msgspec.field(default_factory=FlightReviewSettings)
+    s3: S3Settings = msgspec.field(default_factory=S3Settings)
 
     def __post_init__(self) -> None:
         require(
@@ -618,8 +608,7 @@ class UploadSettings:
         return self.target != "command" or self.command is not None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LogSettings:
+class LogSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Our own diagnostics.
 
     Attributes:
@@ -631,8 +620,7 @@ class LogSettings:
     status_line: bool = True
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SystemdSettings:
+class SystemdSettings(msgspec.Struct, frozen=True, kw_only=True):
     """Integration with systemd when started as a service.
 
     Attributes:
@@ -642,21 +630,20 @@ class SystemdSettings:
     watchdog: bool = True
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Settings:
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
     """Every setting of ulogstream, grouped as in the TOML file."""
 
-    link: LinkSettings = field(default_factory=LinkSettings)
-    recording: RecordingSettings = field(default_factory=RecordingSettings)
-    mqtt: MqttSettings = field(default_factory=MqttSettings)
-    foxglove: FoxgloveSettings = field(default_factory=FoxgloveSettings)
-    backfill: BackfillSettings = field(default_factory=BackfillSettings)
-    upload: UploadSettings = field(default_factory=UploadSettings)
-    log: LogSettings = field(default_factory=LogSettings)
-    systemd: SystemdSettings = field(default_factory=SystemdSettings)
+    link: LinkSettings = msgspec.field(default_factory=LinkSettings)
+    recording: RecordingSettings = msgspec.field(default_factory=RecordingSettings)
+    mqtt: MqttSettings = msgspec.field(default_factory=MqttSettings)
+    foxglove: FoxgloveSettings = msgspec.field(default_factory=FoxgloveSettings)
+    backfill: BackfillSettings = msgspec.field(default_factory=BackfillSettings)
+    upload: UploadSettings = msgspec.field(default_factory=UploadSettings)
+    log: LogSettings = msgspec.field(default_factory=LogSettings)
+    systemd: SystemdSettings = msgspec.field(default_factory=SystemdSettings)
 
 
-GROUPS: dict[str, type[DataclassInstance]] = {
+GROUPS: dict[str, type[msgspec.Struct]] = {
     "link": LinkSettings,
     "recording": RecordingSettings,
     "mqtt": MqttSettings,

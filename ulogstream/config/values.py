@@ -13,9 +13,10 @@ import re
 import shlex
 import socket
 import string
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import SplitResult, urlsplit
+
+import msgspec
 
 from ulogstream.errors import ConfigError
 
@@ -111,8 +112,7 @@ FOXGLOVE_DEFAULT_PORT = 8765
 """The Foxglove WebSocket port Foxglove's "Open connection" dialog suggests."""
 
 
-@dataclass(frozen=True, slots=True)
-class ListenAddress:
+class ListenAddress(msgspec.Struct, frozen=True):
     """Where a server listens (from :func:`parse_listen`)."""
 
     host: str
@@ -307,8 +307,7 @@ def safe_vehicle_id(text: str) -> str:
     return safe or "vehicle"
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerAddress:
+class BrokerAddress(msgspec.Struct, frozen=True):
     """Where the MQTT broker is (from :func:`parse_mqtt_url`).
 
     Attributes:
@@ -410,8 +409,7 @@ _NETWORK_PREFIXES = {
 _LISTENING = frozenset({LinkKind.UDP_IN, LinkKind.TCP_IN})
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionSpec:
+class ConnectionSpec(msgspec.Struct, frozen=True):
     """A parsed connection string: a network endpoint or a serial device.
 
     ``host``/``port`` are set for network kinds, ``device``/``baud`` for serial.

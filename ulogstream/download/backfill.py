@@ -21,8 +21,9 @@ from __future__ import annotations
 import bisect
 import struct
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
+
+import msgspec
 
 from ulogstream.errors import UlogstreamError
 from ulogstream.ulog.spec import (
@@ -70,8 +71,7 @@ _unpack_u16: Final = struct.Struct("<H").unpack_from
 _unpack_u64: Final = struct.Struct("<Q").unpack_from
 
 
-@dataclass(frozen=True, slots=True)
-class Anchor:
+class Anchor(msgspec.Struct, frozen=True):
     """Bytes of the recording to find in the SD log, and when they were logged.
 
     Attributes:
@@ -83,8 +83,7 @@ class Anchor:
     timestamp_us: int
 
 
-@dataclass(frozen=True, slots=True)
-class Gap:
+class Gap(msgspec.Struct, frozen=True):
     """A run of dropout messages in the recording, between two anchors.
 
     Attributes:
@@ -100,8 +99,7 @@ class Gap:
     after: Anchor
 
 
-@dataclass(frozen=True, slots=True)
-class BackfillPlan:
+class BackfillPlan(msgspec.Struct, frozen=True):
     """What a recording lacks, named by its anchors (:func:`plan_backfill`).
 
     Attributes:
@@ -126,22 +124,20 @@ class BackfillPlan:
     gaps: tuple[Gap, ...]
     last: Anchor
     subscriptions: frozenset[int]
-    data_sizes: dict[int, int] = field(hash=False)
+    data_sizes: dict[int, int]
     bytes_per_us: float = 0.0
     start_length: int = 0
     rows: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Fetch:
+class Fetch(msgspec.Struct, frozen=True):
     """Read bytes ``[start, end)`` of the SD log (the shell sends them back, clipped at its end)."""
 
     start: int
     end: int
 
 
-@dataclass(frozen=True, slots=True)
-class Patch:
+class Patch(msgspec.Struct, frozen=True):
     """Replace ``length`` bytes at ``offset`` of the recording with ``data`` (0: insert)."""
 
     offset: int
@@ -149,8 +145,7 @@ class Patch:
     data: bytes
 
 
-@dataclass(slots=True)
-class BackfillResult:
+class BackfillResult(msgspec.Struct):
     """What the backfill found.
 
     Attributes:
@@ -164,9 +159,9 @@ class BackfillResult:
         rows_streamed: Data rows ('D' messages) the recording held.
     """
 
-    patches: list[Patch] = field(default_factory=list)
-    filled: list[str] = field(default_factory=list)
-    unfilled: list[str] = field(default_factory=list)
+    patches: list[Patch] = msgspec.field(default_factory=list)
+    filled: list[str] = msgspec.field(default_factory=list)
+    unfilled: list[str] = msgspec.field(default_factory=list)
     found: bool = False
     gaps_filled: int = 0
     start_bytes: int = 0

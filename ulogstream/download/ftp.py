@@ -17,8 +17,9 @@ with another burst), and closes the session. It speaks the outputs of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
+
+import msgspec
 
 from ulogstream.download.packets import FTP_DATA_MAX, FtpError, FtpMessage, FtpOpcode, LogEntry
 from ulogstream.download.transfer import (
@@ -53,23 +54,20 @@ READ_HOLE_MAX: Final = 4 * FTP_DATA_MAX
 """Holes up to this long are asked for with ``ReadFile`` (a burst would resend up to 35 kB)."""
 
 
-@dataclass(frozen=True, slots=True)
-class FtpFile:
+class FtpFile(msgspec.Struct, frozen=True):
     """A ULog file on the vehicle: its MAVLink FTP path and size."""
 
     path: str
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class FtpListingDone:
+class FtpListingDone(msgspec.Struct, frozen=True):
     """The log folder's ULog files, in the vehicle's listing order (empty: none, or no folder)."""
 
     files: tuple[FtpFile, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class FtpUnsupported:
+class FtpUnsupported(msgspec.Struct, frozen=True):
     """The vehicle does not serve MAVLink FTP: it refused (``UnknownCommand``) or never answered."""
 
     reason: str
@@ -106,7 +104,7 @@ class _Requests:
         """The pending request again under a new ``seq`` (counted as another try)."""
         assert self.pending is not None  # noqa: S101 (a request is pending)
         self.seq = (self.seq + SEQ_STEP) & 0xFFFF
-        self.pending = replace(self.pending, seq=self.seq)
+        self.pending = msgspec.structs.replace(self.pending, seq=self.seq)
         return self.send(now)
 
     def send(self, now: float) -> FtpMessage:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from ulogstream.download.packets import LogEntry, LogRequestList
 
@@ -14,15 +15,13 @@ LIST_TRIES: Final = 4
 """Times the listing is asked for before the vehicle counts as not answering."""
 
 
-@dataclass(frozen=True, slots=True)
-class ListingDone:
+class ListingDone(msgspec.Struct, frozen=True):
     """Every log the vehicle reported, by id (none: the vehicle has no logs)."""
 
     entries: tuple[LogEntry, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ListingFailed:
+class ListingFailed(msgspec.Struct, frozen=True):
     """The vehicle did not answer the listing (``entries``: what came before it fell silent)."""
 
     tries: int

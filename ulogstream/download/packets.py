@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 LOG_DATA_CHUNK: Final = 90
 """Bytes in one LOG_DATA message's ``data`` (a full one; the log's last may be shorter)."""
@@ -13,8 +14,7 @@ LAST_LOG_ID: Final = 0xFFFF
 """LOG_REQUEST_LIST ``end`` meaning "to the last log" (the field is uint16)."""
 
 
-@dataclass(frozen=True, slots=True)
-class LogEntry:
+class LogEntry(msgspec.Struct, frozen=True):
     """LOG_ENTRY: one log on the vehicle's storage, in answer to LOG_REQUEST_LIST.
 
     Attributes:
@@ -36,8 +36,7 @@ class LogEntry:
     system_id: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class LogData:
+class LogData(msgspec.Struct, frozen=True):
     """LOG_DATA: ``data`` at byte ``ofs`` of log ``id`` (up to 90 bytes; 0 past its end)."""
 
     id: int
@@ -46,16 +45,14 @@ class LogData:
     system_id: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class LogRequestList:
+class LogRequestList(msgspec.Struct, frozen=True):
     """Ask for the LOG_ENTRYs of ids ``start`` to ``end`` (LAST_LOG_ID: all)."""
 
     start: int = 0
     end: int = LAST_LOG_ID
 
 
-@dataclass(frozen=True, slots=True)
-class LogRequestData:
+class LogRequestData(msgspec.Struct, frozen=True):
     """Ask for ``count`` bytes of log ``id`` from byte ``ofs``.
 
     The vehicle answers with LOG_DATA messages in order; a later request replaces this one (PX4
@@ -67,8 +64,7 @@ class LogRequestData:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
-class LogRequestEnd:
+class LogRequestEnd(msgspec.Struct, frozen=True):
     """End the download: the vehicle stops sending and closes the file (ArduPilot logs again)."""
 
 
@@ -104,8 +100,7 @@ class FtpError(enum.IntEnum):
     FILE_NOT_FOUND = 10
 
 
-@dataclass(frozen=True, slots=True)
-class FtpMessage:
+class FtpMessage(msgspec.Struct, frozen=True):
     """FILE_TRANSFER_PROTOCOL's payload: a MAVLink FTP request or reply.
 
     Attributes:

@@ -14,8 +14,9 @@ asked for.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
+
+import msgspec
 
 from ulogstream.download.packets import LOG_DATA_CHUNK, LogData, LogRequestData
 
@@ -42,23 +43,20 @@ RATE_WINDOW_S: Final = 0.05
 """The rate and the LOG_DATA interval are sampled over windows this long."""
 
 
-@dataclass(frozen=True, slots=True)
-class WriteLogData:
+class WriteLogData(msgspec.Struct, frozen=True):
     """Write ``data`` at byte ``ofs`` of the log's file (new bytes only)."""
 
     ofs: int
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class TransferDone:
+class TransferDone(msgspec.Struct, frozen=True):
     """Every byte of the log has come."""
 
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class TransferFailed:
+class TransferFailed(msgspec.Struct, frozen=True):
     """The vehicle stopped answering: ``missing`` bytes are not held, the first at ``ofs``.
 
     ``reason`` says why when the vehicle refused (MAVLink FTP); empty: it went silent.

@@ -32,10 +32,10 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -72,8 +72,7 @@ _PYULOG_TYPES: dict[str, str] = {**NUMPY_TYPES, "bool": "i1", "char": "i1"}
 _SUFFIX_RE = re.compile(r"\.ulg$", re.IGNORECASE)
 
 
-@dataclass(frozen=True, slots=True)
-class _Column:
+class _Column(msgspec.Struct, frozen=True):
     """One CSV column: where its value is in a row and how it prints."""
 
     name: str
@@ -82,8 +81,7 @@ class _Column:
     """A numpy type string; ``S{N}`` for ``char[N]`` text."""
 
 
-@dataclass(frozen=True, slots=True)
-class CsvExportSummary:
+class CsvExportSummary(msgspec.Struct, frozen=True):
     """What :func:`export_csv` wrote.
 
     Attributes:
@@ -98,7 +96,7 @@ class CsvExportSummary:
     directory: Path
     files: dict[tuple[str, int], Path]
     rows: int
-    problems: tuple[str, ...] = field(default=())
+    problems: tuple[str, ...] = msgspec.field(default=())
 
 
 def csv_columns(name: str, formats: Mapping[str, FormatDefined]) -> list[_Column]:

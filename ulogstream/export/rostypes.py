@@ -15,10 +15,10 @@ modules of their own on top.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
+import msgspec
 import numpy as np
 from rosbags.typesys import Stores, TypesysError, get_types_from_msg, get_typestore
 
@@ -129,8 +129,7 @@ class _Kind(Enum):
     NESTED_ARRAY = 6
 
 
-@dataclass(frozen=True, slots=True)
-class _Column:
+class _Column(msgspec.Struct, frozen=True):
     name: str
     kind: _Kind
     nested: _Builder | None
@@ -143,8 +142,7 @@ class _MessageClass(Protocol):
     def __call__(self, *args: object, **kwargs: object) -> object: ...
 
 
-@dataclass(frozen=True, slots=True)
-class _Builder:
+class _Builder(msgspec.Struct, frozen=True):
     make: _MessageClass
     columns: tuple[_Column, ...]
 
@@ -271,8 +269,7 @@ MAX_TIME_US: Final = (2**31 - 1) * 1_000_000
 """Latest stamp written (2038-01-19): ``builtin_interfaces/Time.sec`` is an int32 in ROS 2."""
 
 
-@dataclass(frozen=True, slots=True)
-class WallClock:
+class WallClock(msgspec.Struct, frozen=True):
     """Maps ULog timestamps (microseconds since boot) to wall-clock time.
 
     ``epoch_us = timestamp_us + offset_us``; ``source`` says where the offset came from:
@@ -328,8 +325,7 @@ MAX_PROBLEMS: Final = 20
 """Parser reports (corruption, truncation, warnings) kept in the summary; the rest are counted."""
 
 
-@dataclass(frozen=True, slots=True)
-class ExportSummary:
+class ExportSummary(msgspec.Struct, frozen=True):
     """What an export wrote.
 
     Attributes:
@@ -425,8 +421,7 @@ def scan_wall_clock(src: Path, *, chunk_size: int = CHUNK_SIZE) -> WallClock:
     return wall_clock(None)
 
 
-@dataclass(frozen=True, slots=True)
-class _Instance:
+class _Instance(msgspec.Struct, frozen=True):
     """A topic instance being exported: its sink connection and row converter."""
 
     connection: int

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass
+
+import msgspec
 
 MAX_TOPIC_BYTES = 0xFFFF
 """Longest topic name MQTT can carry (a two-byte UTF-8 length)."""
@@ -35,8 +36,7 @@ _UNSAFE_IN_TOPIC = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class MqttMessage:
+class MqttMessage(msgspec.Struct, frozen=True):
     """One message for the broker.
 
     Attributes:

@@ -26,9 +26,9 @@ import heapq
 import itertools
 import json
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 from ulogstream.errors import ULogFormatError
@@ -89,8 +89,7 @@ StatusValue = str | int | float | bool | None
 """A value in the ``meta/status`` object."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TopicChoice:
+class TopicChoice(msgspec.Struct, frozen=True, kw_only=True):
     """Which topics a policy publishes, how often and how (its ``[mqtt]`` keys, as given).
 
     Attributes:
@@ -113,7 +112,7 @@ class TopicChoice:
     vehicle_id: str
     root: str = DEFAULT_ROOT
     default_rate_hz: float = DEFAULT_RATE_HZ
-    rates: Mapping[str, float] = field(default_factory=dict)
+    rates: Mapping[str, float] = msgspec.field(default_factory=dict)
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     encodings: tuple[str, ...] = ("json",)
@@ -152,8 +151,7 @@ def chooses_alike(a: TopicChoice, b: TopicChoice, name: str) -> bool:
     )
 
 
-@dataclass(slots=True)
-class _Instance:
+class _Instance(msgspec.Struct):
     """Publishing state of one subscription (topic instance)."""
 
     name: str

@@ -10,8 +10,9 @@ and replaces the recording with the completed log atomically.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
+
+import msgspec
 
 from ulogstream.adapters.download_file import write_patched
 from ulogstream.download.backfill import BackfillError, BackfillResult, backfill, plan_backfill
@@ -38,8 +39,7 @@ CANDIDATES: Final = 3
 """SD logs tried, nearest in time first, before the flight counts as not on the card."""
 
 
-@dataclass(slots=True)
-class BackfillOutcome:
+class BackfillOutcome(msgspec.Struct):
     """What a backfill did to one recording.
 
     Attributes:
@@ -51,7 +51,7 @@ class BackfillOutcome:
     """
 
     entry: LogEntry | None = None
-    result: BackfillResult = field(default_factory=BackfillResult)
+    result: BackfillResult = msgspec.field(default_factory=BackfillResult)
     fetched: int = 0
     budget_reached: bool = False
     size: int = 0

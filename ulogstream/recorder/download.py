@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Self
+
+import msgspec
 
 from ulogstream.adapters.download_file import DownloadFile, LogIdentity, already_downloaded
 from ulogstream.adapters.serial_transport import SerialTransport
@@ -70,8 +71,7 @@ class DownloadError(LinkError):
     """The vehicle did not answer the listing or stopped sending a log's data."""
 
 
-@dataclass(frozen=True, slots=True)
-class Progress:
+class Progress(msgspec.Struct, frozen=True):
     """How one log's download is going (for a progress bar)."""
 
     entry: LogEntry
@@ -79,8 +79,7 @@ class Progress:
     rate: float
 
 
-@dataclass(frozen=True, slots=True)
-class DownloadedLog:
+class DownloadedLog(msgspec.Struct, frozen=True):
     """One log downloaded (or found already downloaded).
 
     Attributes:

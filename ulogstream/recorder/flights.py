@@ -18,9 +18,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.adapters.download_file import merge_into
 from ulogstream.adapters.logbook import Logbook
@@ -41,8 +42,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ulogstream")
 
 
-@dataclass(frozen=True, slots=True)
-class HeldLog:
+class HeldLog(msgspec.Struct, frozen=True):
     """A finished recording of a flight, waiting for the flight's end."""
 
     finished: FinishedLog
@@ -228,7 +228,9 @@ class FlightBackfill:
             )
             self._hand_on_as_is(system_id, held)
             return
-        self._hand_on(system_id, replace(first.finished, size=size), f"{how}; {note}")
+        self._hand_on(
+            system_id, msgspec.structs.replace(first.finished, size=size), f"{how}; {note}"
+        )
 
     def _hand_on_all(self, system_id: int, held: list[HeldLog]) -> None:
         for log in held:
@@ -322,4 +324,4 @@ def _on_disk(held: list[HeldLog]) -> list[HeldLog]:
         return held
     first = held[0].finished
     size = first.path.stat().st_size
-    return [HeldLog(replace(first, size=size), held[-1].how)]
+    return [HeldLog(msgspec.structs.replace(first, size=size), held[-1].how)]

@@ -13,8 +13,9 @@ import contextlib
 import math
 import os
 import time
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from ulogstream.errors import ConfigError
 from ulogstream.ulog.events import DataRows, FileHeader, LoggedString, ULogEvent
@@ -59,8 +60,7 @@ class ReplaySink(Protocol):
         """Wait until every offered message was delivered."""
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayStats:
+class ReplayStats(msgspec.Struct, frozen=True):
     """What a replay did.
 
     Attributes:
@@ -252,6 +252,6 @@ async def replay_to_mqtt(
         runner.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await runner
-    return replace(
+    return msgspec.structs.replace(
         stats, published=sink.published, unsent=sink.pending, broker_error=sink.last_error
     )

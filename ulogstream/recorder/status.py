@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.stream import SessionState
 
@@ -21,8 +22,7 @@ FINISHED_LOGS_KEPT = 100
 """Finished logs remembered in the status (the newest); the count goes on."""
 
 
-@dataclass(slots=True)
-class TopicStats:
+class TopicStats(msgspec.Struct):
     """Samples of one topic instance seen in the current log."""
 
     samples: int = 0
@@ -30,8 +30,7 @@ class TopicStats:
     last_timestamp_us: int = 0
 
 
-@dataclass(slots=True)
-class RecorderStatus:
+class RecorderStatus(msgspec.Struct):
     """What the status line, the MQTT status, the journal and the exit summary show.
 
     A counter has one name everywhere: the fields named in :data:`STATUS_FIELDS` are published
@@ -88,8 +87,10 @@ class RecorderStatus:
     """Data rows those backfills put back."""
     backfill_bytes_read: int = 0
     """Bytes of the SD log read over the link by backfills (the one running included)."""
-    topics: dict[tuple[str, int], TopicStats] = field(default_factory=dict)
-    finished: deque[FinishedLog] = field(default_factory=lambda: deque(maxlen=FINISHED_LOGS_KEPT))
+    topics: dict[tuple[str, int], TopicStats] = msgspec.field(default_factory=dict)
+    finished: deque[FinishedLog] = msgspec.field(
+        default_factory=lambda: deque(maxlen=FINISHED_LOGS_KEPT)
+    )
     """The newest finished logs (at most :data:`FINISHED_LOGS_KEPT`)."""
     error: str | None = None
 

@@ -7,9 +7,10 @@ is two edits: its section, and here. The recorder itself sees :class:`RecorderPa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.adapters.connection import load_signing_key
 from ulogstream.adapters.file_sink import UlgFileSink
@@ -41,8 +42,7 @@ UPLOAD_QUEUE_FOLDER = ".upload-queue"
 """In ``recording.out_dir``: the logs waiting for upload, one JSON file each (survives reboots)."""
 
 
-@dataclass(slots=True, kw_only=True)
-class RecorderParts:
+class RecorderParts(msgspec.Struct, kw_only=True):
     """Everything a :class:`~ulogstream.recorder.recorder.Recorder` is made of.
 
     Attributes:
@@ -174,8 +174,7 @@ def recorder_parts(settings: Settings, *, once: bool = False) -> RecorderParts:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class LinkParts:
+class LinkParts(msgspec.Struct, frozen=True):
     """What a command that talks to the vehicle without recording needs (``download``).
 
     Attributes:

@@ -13,8 +13,9 @@ import enum
 import heapq
 import itertools
 import math
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+import msgspec
 
 from ulogstream.errors import ConfigError
 
@@ -111,8 +112,7 @@ def _check_probability(name: str, value: float) -> None:
         raise ConfigError(msg)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FaultConfig:
+class FaultConfig(msgspec.Struct, frozen=True, kw_only=True):
     """What the simulated vehicle and its link get wrong on purpose.
 
     Probabilities apply to each LOGGING_DATA / LOGGING_DATA_ACKED frame (each copy of a resent
@@ -205,13 +205,6 @@ MAX_BACKLOG = 2.0
 _Item = TypeVar("_Item")
 
 
-@dataclass(order=True, slots=True)
-class _InFlight(Generic[_Item]):
-    due: float
-    order: int
-    item: _Item = field(compare=False)
-
-
 class DelayLine(Generic[_Item]):
     """One direction of a link: what goes in at ``now`` comes out later, maybe reordered.
 
@@ -235,7 +228,9 @@ class DelayLine(Generic[_Item]):
         self._direction = direction
         self._count = itertools.count()
         self._free_at = -math.inf
-        self._flight: list[_InFlight[_Item]] = []
+        self._flight: list[tuple[float, int, _Item]] = []
+        """The items on the wire, a heap by (arrival time, order sent): no two orders are the
+        same, so items themselves are never compared."""
         self.backlog_drops = 0
         """Items lost because the wire's queue was full (:data:`MAX_BACKLOG`)."""
 
@@ -257,17 +252,17 @@ class DelayLine(Generic[_Item]):
         if self._jitter > 0.0:
             draw = self._rng.uniform(Draw.DELAY, self._direction, order)
             latency = max(0.0, latency + (2.0 * draw - 1.0) * self._jitter)
-        heapq.heappush(self._flight, _InFlight(leaves + latency, order, item))
+        heapq.heappush(self._flight, (leaves + latency, order, item))
         return True
 
     def next_due(self) -> float | None:
         """When the next item arrives; None when the wire is empty."""
-        return self._flight[0].due if self._flight else None
+        return self._flight[0][0] if self._flight else None
 
     def pop_due(self, now: float) -> list[_Item]:
         """The items that have arrived by ``now``, in arrival order."""
         flight = self._flight
         arrived: list[_Item] = []
-        while flight and flight[0].due <= now:
-            arrived.append(heapq.heappop(flight).item)
+        while flight and flight[0][0] <= now:
+            arrived.append(heapq.heappop(flight)[2])
         return arrived

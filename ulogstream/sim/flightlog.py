@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -149,8 +149,7 @@ FORMATS: dict[str, str] = {
 _PARSED_FORMATS = {name: parse_format(f"{name}:{body}") for name, body in FORMATS.items()}
 
 
-@dataclass(frozen=True, slots=True)
-class _Rate:
+class _Rate(msgspec.Struct, frozen=True):
     """A periodic topic instance: ``hz`` samples per second, first after ``phase_s``."""
 
     name: str
@@ -302,8 +301,7 @@ _PERF_CHUNK = 120
 """PX4 splits long 'M' values into pieces of a limited size, continued with ``is_continued``."""
 
 
-@dataclass(frozen=True, slots=True)
-class FlightLogSummary:
+class FlightLogSummary(msgspec.Struct, frozen=True):
     """What :func:`generate_flight_log` wrote.
 
     Attributes:
@@ -337,8 +335,7 @@ def _smootherstep(u: FloatArray) -> FloatArray:
     return result
 
 
-@dataclass(frozen=True, slots=True)
-class _Trajectory:
+class _Trajectory(msgspec.Struct, frozen=True):
     """The flight sampled on a 1 kHz grid: NED position/velocity/acceleration, attitude, thrust."""
 
     t: FloatArray

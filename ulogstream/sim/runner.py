@@ -21,9 +21,10 @@ import struct
 import termios
 import time
 import tty
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.adapters.connection import open_transport
 from ulogstream.adapters.transport import ReadableWaiter
@@ -318,8 +319,7 @@ class PtyDevice:
         return f"pty {self.path}"
 
 
-@dataclass(frozen=True, slots=True)
-class SimSummary:
+class SimSummary(msgspec.Struct, frozen=True):
     """What a simulator run did.
 
     Attributes:
@@ -561,7 +561,7 @@ async def run_vehicle(
     """
     data = await asyncio.to_thread(log.read_bytes) if isinstance(log, Path) else log
     base = config if config is not None else VehicleConfig()
-    vehicle_config = replace(base, max_batch=min(base.max_batch, RUNNER_MAX_BATCH))
+    vehicle_config = msgspec.structs.replace(base, max_batch=min(base.max_batch, RUNNER_MAX_BATCH))
     started = time.monotonic()
     vehicle = SimVehicle(data, now=started, config=vehicle_config, faults=faults)
     if isinstance(connection, str):
@@ -591,7 +591,7 @@ async def run_vehicle(
         await transport.aclose()
     duration = time.monotonic() - started
     summary = SimSummary(
-        stats=replace(vehicle.stats),
+        stats=msgspec.structs.replace(vehicle.stats),
         logs_started=vehicle.stats.logs_started,
         logs_stopped=shell.logs_stopped,
         delivered=shell.delivered,
@@ -728,8 +728,7 @@ def _earliest(*times: float | None) -> float | None:
 # Command line
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SimOptions:
+class SimOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Everything ``ulogstream sim`` takes.
 
     Attributes:

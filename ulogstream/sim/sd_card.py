@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import struct
 import time
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from ulogstream.download.packets import (
     FTP_DATA_MAX,
@@ -41,8 +42,7 @@ LOG_DATA_FRAME: Final = 10 + 97 + 2
 """Wire bytes of one full LOG_DATA frame (MAVLink 2 header, payload, checksum)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SdLog:
+class SdLog(msgspec.Struct, frozen=True):
     """One log file on the card: its bytes and its time (UTC seconds)."""
 
     data: bytes

@@ -32,8 +32,9 @@ from __future__ import annotations
 import math
 import struct
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Final, Literal
+
+import msgspec
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.sim.faults import NO_FAULTS, Draw, FaultConfig, FaultRng
@@ -119,8 +120,7 @@ _unpack_u64: Final = struct.Struct("<Q").unpack_from
 # The log, split into the messages PX4's logger would write
 
 
-@dataclass(frozen=True, slots=True)
-class LogMessage:
+class LogMessage(msgspec.Struct, frozen=True):
     """One ULog message (or the 16-byte file header) as the logger writes it.
 
     Attributes:
@@ -136,8 +136,7 @@ class LogMessage:
     due: float
 
 
-@dataclass(frozen=True, slots=True)
-class SplitLog:
+class SplitLog(msgspec.Struct, frozen=True):
     """A ULog file cut into messages.
 
     Attributes:
@@ -267,8 +266,7 @@ def split_log(log: bytes, *, synthesize_perf: bool = False) -> SplitLog:
 # Outputs
 
 
-@dataclass(frozen=True, slots=True)
-class SendLoggingData:
+class SendLoggingData(msgspec.Struct, frozen=True):
     """Send ``packet`` as LOGGING_DATA_ACKED (``packet.needs_ack``) or LOGGING_DATA.
 
     Attributes:
@@ -283,8 +281,7 @@ class SendLoggingData:
     corrupt: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SendCommandAck:
+class SendCommandAck(msgspec.Struct, frozen=True):
     """Send COMMAND_ACK of ``command`` with ``result`` to ``target_system``/``target_component``."""
 
     command: int
@@ -297,30 +294,26 @@ GUID_LENGTH: Final = 18
 """Bytes of PX4's GUID (AUTOPILOT_VERSION ``uid2``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SendAutopilotVersion:
+class SendAutopilotVersion(msgspec.Struct, frozen=True):
     """Send AUTOPILOT_VERSION with ``uid2``: PX4's GUID, which its log spells as ``sys_uuid``."""
 
     uid2: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class SendVehicleHeartbeat:
+class SendVehicleHeartbeat(msgspec.Struct, frozen=True):
     """Send the vehicle's HEARTBEAT (quadrotor, PX4 autopilot).
 
     The receiver's own heartbeat is :class:`ulogstream.stream.session.SendHeartbeat`.
     """
 
 
-@dataclass(frozen=True, slots=True)
-class SendGarbage:
+class SendGarbage(msgspec.Struct, frozen=True):
     """Send ``data``: line noise between frames (never contains a MAVLink start byte)."""
 
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class LogStreamStarted:
+class LogStreamStarted(msgspec.Struct, frozen=True):
     """Log ``log_index`` started streaming to ``target_system``/``target_component``."""
 
     log_index: int
@@ -331,8 +324,7 @@ class LogStreamStarted:
 StreamEndReason = Literal["stopped", "flight-ended", "ack-timeout", "reboot"]
 
 
-@dataclass(frozen=True, slots=True)
-class LogStreamEnded:
+class LogStreamEnded(msgspec.Struct, frozen=True):
     """Log ``log_index`` stopped streaming: on STOP, at the flight's end, on timeout or reboot.
 
     The flight's end is a GCS's STOP on disarm (``stop_at_end``); the timeout 50 unacked tries.
@@ -345,8 +337,7 @@ class LogStreamEnded:
     reason: StreamEndReason
 
 
-@dataclass(frozen=True, slots=True)
-class LinkCut:
+class LinkCut(msgspec.Struct, frozen=True):
     """The link goes down now for ``seconds`` (the ``cut_at`` fault): a USB cable pulled.
 
     The vehicle sends and hears nothing meanwhile; a runner serving a pseudo-terminal makes its
@@ -369,8 +360,7 @@ VehicleOutput = (
 """Everything :class:`SimVehicle` asks its runner to do or tells it."""
 
 
-@dataclass(frozen=True, slots=True)
-class DeliveredPacket:
+class DeliveredPacket(msgspec.Struct, frozen=True):
     """A LOGGING_DATA frame that left the vehicle intact (not lost, corrupted or cut off).
 
     Attributes:
@@ -416,8 +406,7 @@ def delivered_packet(output: SendLoggingData, now: float) -> DeliveredPacket | N
     )
 
 
-@dataclass(slots=True)
-class VehicleStats:
+class VehicleStats(msgspec.Struct):
     """Counters of what the simulated vehicle did (read them; the vehicle updates them).
 
     Attributes:
@@ -461,8 +450,7 @@ class VehicleStats:
 # Configuration
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VehicleConfig:
+class VehicleConfig(msgspec.Struct, frozen=True, kw_only=True):
     """How the simulated vehicle behaves (the faults live in :class:`FaultConfig`).
 
     Attributes:
@@ -536,8 +524,7 @@ class VehicleConfig:
 # The vehicle
 
 
-@dataclass(slots=True)
-class _Stream:
+class _Stream(msgspec.Struct):
     """State of one log being streamed (one START to its STOP)."""
 
     log_index: int
@@ -545,7 +532,7 @@ class _Stream:
     target_component: int
     message_index: int = 0
     message_offset: int = 0
-    buffer: bytearray = field(default_factory=bytearray)
+    buffer: bytearray = msgspec.field(default_factory=bytearray)
     first_message_offset: int = 0
     reliable: bool = True
     sequence: int = 0

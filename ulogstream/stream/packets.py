@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+import msgspec
 
 NO_MESSAGE_START = 255
 """``first_message_offset`` value meaning no ULog message starts in this packet."""
@@ -45,8 +46,7 @@ class MavResult(enum.IntEnum):
     CANCELLED = 6
 
 
-@dataclass(frozen=True, slots=True)
-class LoggingPacket:
+class LoggingPacket(msgspec.Struct, frozen=True):
     """LOGGING_DATA (``needs_ack`` False) or LOGGING_DATA_ACKED (True), ``data`` cut to ``length``.
 
     ``system_id``/``component_id`` are the sender's (from the MAVLink frame header),
@@ -63,8 +63,7 @@ class LoggingPacket:
     target_component: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class CommandAck:
+class CommandAck(msgspec.Struct, frozen=True):
     """COMMAND_ACK for ``command`` with ``result``, from ``system_id``/``component_id``."""
 
     command: int
@@ -75,8 +74,7 @@ class CommandAck:
     target_component: int
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(msgspec.Struct, frozen=True):
     """HEARTBEAT from ``system_id``/``component_id`` (autopilots are component 1)."""
 
     system_id: int
@@ -91,8 +89,7 @@ class Heartbeat:
         return bool(self.base_mode & MAV_MODE_FLAG_SAFETY_ARMED)
 
 
-@dataclass(frozen=True, slots=True)
-class CommandLong:
+class CommandLong(msgspec.Struct, frozen=True):
     """COMMAND_LONG (a vehicle simulator receives LOGGING_START/STOP as these)."""
 
     command: int
@@ -103,8 +100,7 @@ class CommandLong:
     target_component: int
 
 
-@dataclass(frozen=True, slots=True)
-class LoggingAck:
+class LoggingAck(msgspec.Struct, frozen=True):
     """LOGGING_ACK for ``sequence`` (a vehicle simulator receives these)."""
 
     sequence: int
@@ -114,8 +110,7 @@ class LoggingAck:
     target_component: int
 
 
-@dataclass(frozen=True, slots=True)
-class AutopilotVersion:
+class AutopilotVersion(msgspec.Struct, frozen=True):
     """AUTOPILOT_VERSION from ``system_id``/``component_id``: the autopilot's unique ids.
 
     ``uid2`` is PX4's GUID (18 bytes), the bytes a PX4 log's ``sys_uuid`` spells in hex

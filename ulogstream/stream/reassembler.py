@@ -47,8 +47,9 @@ the reorder window at most ``reorder_packets`` packets; the head at most
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from ulogstream.errors import StreamProtocolError
 from ulogstream.stream.packets import MAX_DATA_LENGTH, NO_MESSAGE_START, LoggingPacket
@@ -81,8 +82,7 @@ _RATE_MIN_PACKETS = 16
 """Least packets in a window for its time per sequence number to count (not an outage)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SendAck:
+class SendAck(msgspec.Struct, frozen=True):
     """Send LOGGING_ACK for ``sequence`` to the packet's sender, before any other output.
 
     PX4 resends a LOGGING_DATA_ACKED every 50 ms and tears the stream down after 50 tries, so
@@ -94,8 +94,7 @@ class SendAck:
     target_component: int
 
 
-@dataclass(frozen=True, slots=True)
-class WriteUlog:
+class WriteUlog(msgspec.Struct, frozen=True):
     """Append ``data`` to the log file and feed the same bytes to the parser.
 
     ``data`` holds whole ULog messages only; the first chunk of a log begins with the file header.
@@ -104,16 +103,14 @@ class WriteUlog:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class PacketsLost:
+class PacketsLost(msgspec.Struct, frozen=True):
     """``count`` packets are missing right before packet ``sequence``."""
 
     sequence: int
     count: int
 
 
-@dataclass(frozen=True, slots=True)
-class LogStarted:
+class LogStarted(msgspec.Struct, frozen=True):
     """A new log began (packet 0 with the ULog magic): open a new file before the next write.
 
     ``timestamp_us`` is the file header's start time (vehicle clock). ``continued``: not a new
@@ -144,8 +141,7 @@ class LogEndReason(enum.StrEnum):
     """The user ended a stop before the vehicle finished sending the log."""
 
 
-@dataclass(frozen=True, slots=True)
-class LogEnded:
+class LogEnded(msgspec.Struct, frozen=True):
     """The current log is over: flush, fsync and close its file.
 
     ``complete`` is True when the vehicle confirmed the end (LOGGING_STOP answered), False when
@@ -156,8 +152,7 @@ class LogEnded:
     complete: bool
 
 
-@dataclass(frozen=True, slots=True)
-class FramingMismatch:
+class FramingMismatch(msgspec.Struct, frozen=True):
     """Packet ``sequence`` declared a message start where no message ends.
 
     ``dropped_bytes`` of the pending message were discarded; framing resumed at the next message
@@ -187,8 +182,7 @@ class OutputSink(Protocol):
         """Take one output."""
 
 
-@dataclass(slots=True)
-class StreamCounters:
+class StreamCounters(msgspec.Struct):
     """Running totals for a status line; every copy of every packet counts."""
 
     packets: int = 0

@@ -17,7 +17,7 @@ the messages of one chunk:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ulogstream.stream.packets import (
     MAV_COMP_ID_AUTOPILOT1,
@@ -33,15 +33,13 @@ IDENTIFY_RETRY_S = 0.5
 """How long to wait for AUTOPILOT_VERSION before asking again (a lost request or answer)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AskIdentity:
+class AskIdentity(msgspec.Struct, frozen=True):
     """Ask the autopilot ``system_id`` for AUTOPILOT_VERSION (MAV_CMD_REQUEST_MESSAGE 148)."""
 
     system_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class NewVehicle:
+class NewVehicle(msgspec.Struct, frozen=True):
     """The autopilot ``system_id`` is there: give it a session.
 
     ``guid`` is its unique id from AUTOPILOT_VERSION (:attr:`~ulogstream.stream.packets.
@@ -52,16 +50,14 @@ class NewVehicle:
     guid: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class VehicleIgnored:
+class VehicleIgnored(msgspec.Struct, frozen=True):
     """The autopilot ``system_id`` is on the link but only ``target_system`` is recorded."""
 
     system_id: int
     target_system: int
 
 
-@dataclass(frozen=True, slots=True)
-class Impostor:
+class Impostor(msgspec.Struct, frozen=True):
     """Another receiver on the link uses our system and component ids."""
 
     system_id: int
@@ -72,8 +68,7 @@ Contact = AskIdentity | NewVehicle | VehicleIgnored | Impostor
 """What :meth:`Router.first_contact` and :meth:`Router.due` may decide (None: not yet)."""
 
 
-@dataclass(slots=True)
-class _Asking:
+class _Asking(msgspec.Struct):
     """An autopilot asked for AUTOPILOT_VERSION: when to ask again, when to stop waiting."""
 
     ask_again: float

@@ -36,7 +36,8 @@ IN_PROGRESS to a STOP means wait: it is not resent every second.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+import msgspec
 
 from ulogstream.errors import StreamProtocolError
 from ulogstream.stream.packets import (
@@ -111,8 +112,7 @@ _COMMAND_STATES = frozenset(
 """States with a command out that is resent until answered."""
 
 
-@dataclass(frozen=True, slots=True)
-class SendCommand:
+class SendCommand(msgspec.Struct, frozen=True):
     """Send COMMAND_LONG ``command`` (LOGGING_START or LOGGING_STOP) to the autopilot.
 
     ``confirmation`` counts retransmissions of the same command (0 for the first).
@@ -125,8 +125,7 @@ class SendCommand:
     confirmation: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class SendHeartbeat:
+class SendHeartbeat(msgspec.Struct, frozen=True):
     """Send our HEARTBEAT: an onboard controller, never a GCS (that would mask link-loss)."""
 
     mav_type: int = MAV_TYPE_ONBOARD_CONTROLLER
@@ -134,8 +133,7 @@ class SendHeartbeat:
     system_status: int = MAV_STATE_ACTIVE
 
 
-@dataclass(frozen=True, slots=True)
-class StreamRejected:
+class StreamRejected(msgspec.Struct, frozen=True):
     """The vehicle refused to stream (``result`` is its MAV_RESULT); the session retries no more.
 
     The session keeps acking and sending heartbeats; call :meth:`LoggingSession.stop` to end it.
@@ -145,8 +143,7 @@ class StreamRejected:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class NotAtLogStart:
+class NotAtLogStart(msgspec.Struct, frozen=True):
     """Logging data arrived that is not the start of a log (we joined a stream mid-way).
 
     Nothing was written; the session sends LOGGING_STOP and then LOGGING_START.
@@ -160,8 +157,7 @@ class NotAtLogStart:
         return StreamProtocolError(msg, sequence=self.sequence)
 
 
-@dataclass(frozen=True, slots=True)
-class StreamEnded:
+class StreamEnded(msgspec.Struct, frozen=True):
     """The session is over after :meth:`LoggingSession.stop`; it sends nothing more."""
 
 

@@ -10,8 +10,9 @@ import functools
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
+
+import msgspec
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.ulog.events import FieldDefinition, FormatDefined
@@ -57,8 +58,7 @@ _FIELD_RE = re.compile(r"^([A-Za-z_]\w*)(?:\[(\d{1,6})\])?$")
 _NAME_RE = re.compile(r"^[A-Za-z_][\w/]*$")
 
 
-@dataclass(frozen=True, slots=True)
-class TimestampField:
+class TimestampField(msgspec.Struct, frozen=True):
     """Where a subscription's ``timestamp`` is and how to turn it into microseconds.
 
     Attributes:
@@ -74,8 +74,7 @@ class TimestampField:
     scale: int
 
 
-@dataclass(frozen=True)
-class CompiledFormat:
+class CompiledFormat(msgspec.Struct, frozen=True, dict=True):
     """A format compiled for decoding 'D' payloads.
 
     Attributes:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import FrozenInstanceError, dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -16,8 +17,7 @@ InfoValue = str | int | float | bool | bytes | tuple[int | float | bool, ...]
 ``uint8_t[N]`` gives bytes, other arrays give tuples, scalars give int/float/bool."""
 
 
-@dataclass(frozen=True, slots=True)
-class FieldDefinition:
+class FieldDefinition(msgspec.Struct, frozen=True):
     """One field of an 'F' format: ``type_name[array_length] name``."""
 
     type_name: str
@@ -25,16 +25,14 @@ class FieldDefinition:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class FileHeader:
+class FileHeader(msgspec.Struct, frozen=True):
     """The 16-byte file header."""
 
     version: int
     timestamp_us: int
 
 
-@dataclass(frozen=True, slots=True)
-class FlagBits:
+class FlagBits(msgspec.Struct, frozen=True):
     """'B': compatibility flags and the offsets of appended data."""
 
     compat_flags: bytes
@@ -42,16 +40,14 @@ class FlagBits:
     appended_offsets: tuple[int, int, int]
 
 
-@dataclass(frozen=True, slots=True)
-class FormatDefined:
+class FormatDefined(msgspec.Struct, frozen=True):
     """'F': a message format, ``name:type field;...``."""
 
     name: str
     fields: tuple[FieldDefinition, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Info:
+class Info(msgspec.Struct, frozen=True):
     """'I': one key/value pair; ``timestamp_us`` is None in the definitions section."""
 
     key: str
@@ -60,8 +56,7 @@ class Info:
     timestamp_us: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class InfoMultiple:
+class InfoMultiple(msgspec.Struct, frozen=True):
     """'M': one piece of a multi-valued key; ``is_continued`` pieces extend the previous one."""
 
     key: str
@@ -71,8 +66,7 @@ class InfoMultiple:
     timestamp_us: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class Parameter:
+class Parameter(msgspec.Struct, frozen=True):
     """'P': a parameter value; in the data section a change, stamped with the last timestamp."""
 
     name: str
@@ -80,8 +74,7 @@ class Parameter:
     timestamp_us: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class ParameterDefault:
+class ParameterDefault(msgspec.Struct, frozen=True):
     """'Q': a default value; ``default_types`` bit 0: system wide, bit 1: this configuration."""
 
     name: str
@@ -135,11 +128,11 @@ class Subscription:
 
     def __setattr__(self, name: str, value: object) -> None:
         msg = f"cannot assign to field {name!r}"
-        raise FrozenInstanceError(msg)
+        raise AttributeError(msg)
 
     def __delattr__(self, name: str) -> None:
         msg = f"cannot delete field {name!r}"
-        raise FrozenInstanceError(msg)
+        raise AttributeError(msg)
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Subscription:
@@ -157,15 +150,13 @@ class Subscription:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Unsubscription:
+class Unsubscription(msgspec.Struct, frozen=True):
     """'R': ``msg_id`` is no longer logged."""
 
     msg_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class DataRows:
+class DataRows(msgspec.Struct, frozen=True):
     """'D' messages of one subscription, in log order, as a structured array.
 
     ``timestamps_us`` is the ``timestamp`` field in microseconds with wrap-around of small
@@ -177,8 +168,7 @@ class DataRows:
     timestamps_us: npt.NDArray[np.uint64]
 
 
-@dataclass(frozen=True, slots=True)
-class LoggedString:
+class LoggedString(msgspec.Struct, frozen=True):
     """'L' (``tag`` None) or 'C' (tagged): a printf-style message with its level byte."""
 
     level: int
@@ -187,30 +177,26 @@ class LoggedString:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class Sync:
+class Sync(msgspec.Struct, frozen=True):
     """'S': a synchronization marker."""
 
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class Dropout:
+class Dropout(msgspec.Struct, frozen=True):
     """'O': ``duration_ms`` of lost messages, after the last timestamp seen."""
 
     duration_ms: int
     timestamp_us: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class DefinitionsEnd:
+class DefinitionsEnd(msgspec.Struct, frozen=True):
     """The definitions section ended at ``offset`` (first 'A' or 'L' message)."""
 
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class Corruption:
+class Corruption(msgspec.Struct, frozen=True):
     """Bytes that could not be valid messages, skipped until the parser found its footing again.
 
     ``offset`` is where the bad message began, ``skipped`` how many bytes were passed over.
@@ -221,8 +207,7 @@ class Corruption:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class DataWithoutSubscription:
+class DataWithoutSubscription(msgspec.Struct, frozen=True):
     """A well-formed 'D' message whose ``msg_id`` has no subscription: its row cannot be read.
 
     Its 'A' message was lost (damage, a dropout before it); the message is skipped whole, and it
@@ -233,16 +218,14 @@ class DataWithoutSubscription:
     msg_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class Truncated:
+class Truncated(msgspec.Struct, frozen=True):
     """The stream ended ``size`` bytes into a message at ``offset``; that tail was discarded."""
 
     offset: int
     size: int
 
 
-@dataclass(frozen=True, slots=True)
-class ParserWarning:
+class ParserWarning(msgspec.Struct, frozen=True):
     """Something a reader may want to know but that does not stop parsing (unknown type, ...)."""
 
     offset: int

@@ -23,9 +23,10 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
+
+import msgspec
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.ulog.dtypes import compile_format, parse_format
@@ -65,8 +66,7 @@ _RELEASE_KINDS: Final = ("dev", "alpha", "beta", "RC")
 """``ver_sw_release``'s last byte: from 0 dev, 64 alpha, 128 beta, 192 RC; 255 a release."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FlightSummary:
+class FlightSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What a finished log tells of its flight; None where the log does not say.
 
     Attributes:
@@ -116,7 +116,7 @@ class FlightSummary:
 
     def as_json(self) -> FlightJson:
         """The summary as a JSON object (the sidecar, ``meta/log_finished``'s ``flight``)."""
-        return asdict(self)
+        return msgspec.structs.asdict(self)
 
 
 _NUMPY_TO_STRUCT: Final = {
@@ -158,8 +158,7 @@ Row = tuple[float, dict[str, float]]
 """One decoded row: its time in seconds and the fields read."""
 
 
-@dataclass(slots=True)
-class _Decoder:
+class _Decoder(msgspec.Struct):
     """Reads the wanted fields of one subscription's rows."""
 
     topic: str

@@ -109,21 +109,6 @@ _unpack_tagged: _UnpackFrom = struct.Struct("<BHQ").unpack_from
 _unpack_offsets: _UnpackFrom = struct.Struct("<3Q").unpack_from
 _unpack_u64: _UnpackFrom = struct.Struct("<Q").unpack_from
 
-# A frozen dataclass __init__ sets each field through object.__setattr__; setting the slots
-# of a bare instance through their descriptors builds a DataRows or Parameter in half the time
-# (one per 'D' batch or 'P' message). tests/ulog checks both keep exactly these fields.
-_set_subscription: Callable[[DataRows, Subscription], None] = vars(DataRows)["subscription"].__set__
-_set_rows: Callable[[DataRows, npt.NDArray[np.void]], None] = vars(DataRows)["rows"].__set__
-_set_timestamps: Callable[[DataRows, npt.NDArray[np.uint64]], None] = vars(DataRows)[
-    "timestamps_us"
-].__set__
-_new_parameter = Parameter.__new__
-_set_parameter_name: Callable[[Parameter, str], None] = vars(Parameter)["name"].__set__
-_set_parameter_value: Callable[[Parameter, int | float], None] = vars(Parameter)["value"].__set__
-_set_parameter_timestamp: Callable[[Parameter, int | None], None] = vars(Parameter)[
-    "timestamp_us"
-].__set__
-
 _CANDIDATE_TYPE = re.compile(b"[" + bytes(sorted(_KNOWN_TYPES - {MessageType.FLAG_BITS})) + b"]")
 """Type bytes a resynchronisation target can have ('B' is only valid as the first message)."""
 _KEY_RE = re.compile(rb"[a-z0-9_]+(\[\d+\])? [^\x00- ]+")
@@ -726,7 +711,6 @@ class ULogParser:
             return
         topics = self._topics
         append = events.append
-        new_rows = DataRows.__new__
         last = self._last_timestamp
         every_row = RowSelection.ALL
         no_row = RowSelection.NONE
@@ -782,13 +766,7 @@ class ULogParser:
                     if selection is no_row:
                         continue
                     rows, timestamps = rows[-1:], timestamps[-1:]
-            # DataRows(...) without the frozen dataclass __init__ (~60% of the cost of a
-            # DataRows); tests/ulog/test_parser.py checks DataRows still has just these fields
-            batch_rows = new_rows(DataRows)
-            _set_subscription(batch_rows, topic.subscription)
-            _set_rows(batch_rows, rows)
-            _set_timestamps(batch_rows, timestamps)
-            append(batch_rows)
+            append(DataRows(topic.subscription, rows, timestamps))
             decoded += len(rows)
         self.decoded_rows = decoded
         self._last_timestamp = last
@@ -857,12 +835,7 @@ class ULogParser:
                 (number,) = known[2](payload, key_end)
             else:
                 name, number = _parameter(payload, remember=self._remember_keys)
-            # Parameter(...) without the frozen dataclass __init__, as for DataRows in _flush
-            parameter = _new_parameter(Parameter)
-            _set_parameter_name(parameter, name)
-            _set_parameter_value(parameter, number)
-            _set_parameter_timestamp(parameter, self._last_timestamp if self._in_data else None)
-            events.append(parameter)
+            events.append(Parameter(name, number, self._last_timestamp if self._in_data else None))
         elif msg_type == _M:
             key_type, key, value = _key_value(payload, 1)
             timestamp = self._last_timestamp if self._in_data else None

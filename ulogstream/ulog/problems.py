@@ -7,7 +7,7 @@ here and show one line per kind, with counts and the first offset, instead of on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from ulogstream.ulog.events import (
     Corruption,
@@ -21,18 +21,17 @@ MAX_WARNING_LINES = 5
 """Parser warnings shown one by one; the rest are counted."""
 
 
-@dataclass(slots=True)
-class Problems:
+class Problems(msgspec.Struct):
     """The damage a parser reported about one log (see the module docstring)."""
 
-    corruption: list[Corruption] = field(default_factory=list)
+    corruption: list[Corruption] = msgspec.field(default_factory=list)
     """Stretches of bytes that were no valid messages, in order."""
-    data_without_subscription: dict[int, int] = field(default_factory=dict)
+    data_without_subscription: dict[int, int] = msgspec.field(default_factory=dict)
     """Well-formed 'D' messages whose 'A' was lost, per msg_id."""
     first_data_without_subscription: int | None = None
     """Offset of the first of those."""
     truncated: Truncated | None = None
-    warnings: list[ParserWarning] = field(default_factory=list)
+    warnings: list[ParserWarning] = msgspec.field(default_factory=list)
 
     def add(self, event: ULogEvent | object) -> bool:
         """Take ``event`` into account if it reports a problem; True when it did."""

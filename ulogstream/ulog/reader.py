@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import array
 import bisect
-import dataclasses
 import mmap
 import struct
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -86,8 +85,7 @@ _unpack_data_header: Callable[[memoryview, int], tuple[int, int, int]] = struct.
 ).unpack_from
 
 
-@dataclass(frozen=True, slots=True)
-class TopicData:
+class TopicData(msgspec.Struct, frozen=True):
     """All rows of one topic instance ``(name, multi_id)``, in log order.
 
     Attributes:
@@ -108,8 +106,7 @@ class TopicData:
     timestamps_us: npt.NDArray[np.uint64]
 
 
-@dataclass(frozen=True)
-class ULogData:
+class ULogData(msgspec.Struct, frozen=True):
     """Everything in a ULog file, as :meth:`ULogReader.result` returns it.
 
     Attributes:
@@ -389,7 +386,7 @@ class ULogReader:
                 collector.add(ParserWarning(mapped, text))
             elif isinstance(event, Corruption | Truncated | DataWithoutSubscription):
                 mapped = self._file_offset(event.offset)
-                collector.add(dataclasses.replace(event, offset=mapped))
+                collector.add(msgspec.structs.replace(event, offset=mapped))
             else:
                 collector.add(event)
 
@@ -492,15 +489,14 @@ class ULogReader:
         """Add the deferred events, each stamped with the largest timestamp logged before it."""
         for event, base in zip(self._deferred, self._bases, strict=True):
             if event.timestamp_us is not None and base > event.timestamp_us:
-                event = dataclasses.replace(event, timestamp_us=base)  # noqa: PLW2901
+                event = msgspec.structs.replace(event, timestamp_us=base)  # noqa: PLW2901
             self._collector.add(event)
         self._deferred.clear()
         self._cutoffs.clear()
         self._bases.clear()
 
 
-@dataclass(slots=True)
-class _Lane:
+class _Lane(msgspec.Struct):
     """The 'D' messages of one msg_id that the reader gathers itself."""
 
     msg_id: int

@@ -9,7 +9,7 @@ subscriptions and rows. The fold lives here once, so both read a log the same wa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from ulogstream.ulog.events import (
     Dropout,
@@ -27,8 +27,7 @@ from ulogstream.ulog.events import (
 from ulogstream.ulog.problems import Problems
 
 
-@dataclass(slots=True)
-class LogDescription:
+class LogDescription(msgspec.Struct):
     """What a log says besides its rows, folded event by event (see the module docstring).
 
     Attributes:
@@ -47,15 +46,15 @@ class LogDescription:
 
     header: FileHeader | None = None
     flag_bits: FlagBits | None = None
-    formats: dict[str, FormatDefined] = field(default_factory=dict)
-    info: dict[str, InfoValue] = field(default_factory=dict)
-    info_multiple: dict[str, list[InfoValue]] = field(default_factory=dict)
-    initial_parameters: dict[str, int | float] = field(default_factory=dict)
-    changed_parameters: list[Parameter] = field(default_factory=list)
-    default_parameters: list[ParameterDefault] = field(default_factory=list)
-    logged_messages: list[LoggedString] = field(default_factory=list)
-    dropouts: list[Dropout] = field(default_factory=list)
-    problems: Problems = field(default_factory=Problems)
+    formats: dict[str, FormatDefined] = msgspec.field(default_factory=dict)
+    info: dict[str, InfoValue] = msgspec.field(default_factory=dict)
+    info_multiple: dict[str, list[InfoValue]] = msgspec.field(default_factory=dict)
+    initial_parameters: dict[str, int | float] = msgspec.field(default_factory=dict)
+    changed_parameters: list[Parameter] = msgspec.field(default_factory=list)
+    default_parameters: list[ParameterDefault] = msgspec.field(default_factory=list)
+    logged_messages: list[LoggedString] = msgspec.field(default_factory=list)
+    dropouts: list[Dropout] = msgspec.field(default_factory=list)
+    problems: Problems = msgspec.field(default_factory=Problems)
 
     def add(self, event: ULogEvent) -> bool:
         """Fold ``event`` in; False for the events about rows (subscriptions, data), left over."""

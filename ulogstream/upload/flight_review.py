@@ -42,9 +42,10 @@ import logging
 import socket
 import ssl
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urljoin, urlsplit
+
+import msgspec
 
 from ulogstream.errors import UploadError, UploadRejectedError
 from ulogstream.upload.targets import Uploaded
@@ -78,8 +79,7 @@ _V2_RATING = {"crash_pilot": 1, "crash_sw_hw": 1, "unsatisfactory": 2, "good": 4
 """v1's ratings as v2's 1-5 (``notset``: none sent)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """What the server answered: status, ``Location`` header and (the start of) the body.
 
     ``body_sent`` is False for an answer given before the whole body was sent (a refusal from

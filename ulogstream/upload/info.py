@@ -6,9 +6,10 @@ import contextlib
 import hashlib
 import logging
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.ulog.spec import (
@@ -41,8 +42,7 @@ _HASH_CHUNK = 1 << 20
 _HEADER_CHUNK = 1 << 16
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FinishedLogInfo:
+class FinishedLogInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What is announced about one finished log (``meta/log_finished``).
 
     Attributes:

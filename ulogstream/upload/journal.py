@@ -7,10 +7,11 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.upload.info import FinishedLogInfo
 
@@ -20,8 +21,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class PendingUpload:
+class PendingUpload(msgspec.Struct, frozen=True):
     """A log waiting for upload and the attempts already made for it (before a restart too)."""
 
     info: FinishedLogInfo

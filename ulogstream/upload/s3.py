@@ -39,11 +39,11 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote, urlsplit
 
+import msgspec
 import obstore
 from obstore.exceptions import InvalidPathError, PermissionDeniedError, UnauthenticatedError
 from obstore.store import S3Store
@@ -123,8 +123,7 @@ _CAUSES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class S3Credentials:
+class S3Credentials(msgspec.Struct, frozen=True):
     """The keys requests are signed with (from the environment or a credentials file).
 
     Attributes:
@@ -134,8 +133,12 @@ class S3Credentials:
     """
 
     access_key_id: str
-    secret_access_key: str = field(repr=False)
-    session_token: str | None = field(default=None, repr=False)
+    secret_access_key: str
+    session_token: str | None = None
+
+    def __repr__(self) -> str:
+        """The key id only: the secrets never reach a log line or a traceback."""
+        return f"S3Credentials(access_key_id={self.access_key_id!r})"
 
     def __call__(self) -> S3Credential:
         """These keys as obstore asks for them (its ``credential_provider``)."""
@@ -224,8 +227,7 @@ class _ChecksumMismatchError(Exception):
     """The bytes read are not the log that was announced (raised inside the upload's stream)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Stored:
+class _Stored(msgspec.Struct, frozen=True):
     """What a HEAD tells of an object: its size, ``sha256`` metadata and the store's ETag."""
 
     size: int

@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from ulogstream.errors import UploadRejectedError
 from ulogstream.upload.info import FinishedLogInfo, describe
@@ -53,8 +54,7 @@ DESCRIBE_QUEUE = 1000
 """Finished logs waiting for their checksum; more are announced without one."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Finished:
+class _Finished(msgspec.Struct, frozen=True):
     path: Path
     size: int
     vehicle: str

@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import os
 import signal
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from ulogstream.config.values import SettingError, upload_command
 from ulogstream.errors import ConfigError, UploadError
@@ -20,8 +21,7 @@ if TYPE_CHECKING:
     from ulogstream.upload.info import FinishedLogInfo
 
 
-@dataclass(frozen=True, slots=True)
-class Uploaded:
+class Uploaded(msgspec.Struct, frozen=True):
     """Where an uploaded log went (the log line, ``meta/log_uploaded``).
 
     Attributes:
