@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import shutil
@@ -55,6 +56,26 @@ def _small_log(path: Path, *, tail: bytes = b"") -> Path:
     writer.data(msg_id, (3_100_000).to_bytes(8, "little") + bytes(4))
     path.write_bytes(writer.getvalue() + tail)
     return path
+
+
+def test_start_up_sets_its_objects_aside_and_collection_goes_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The collector is off while the command's modules load, frozen over them, then back on."""
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    status, _, _ = _run(capsys, "info", str(_small_log(tmp_path / "log.ulg")))
+    assert status == 0
+    assert gc.isenabled()  # a daemon's cycles are still freed
+    assert gc.get_freeze_count() > 10_000  # the modules' objects, set aside
+    gc.unfreeze()
+    gc.disable()  # a caller that had turned collection off keeps it off
+    try:
+        _run(capsys, "info", str(tmp_path / "log.ulg"))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 # --- info -----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ non-zero exit status; ``UlogstreamError`` and ``OSError`` never reach the user a
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -115,7 +116,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     names = {command.name for command in SUBCOMMANDS}
     chosen = next((word for word in words if not word.startswith("-")), None)
-    parser = build_parser(only=chosen if chosen in names else None)
+    # Importing the command's modules builds objects that live as long as the process: a
+    # collection while they are built finds nothing to free, and every later full collection
+    # would walk them all. So none runs until they are built, and then they are set aside.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        parser = build_parser(only=chosen if chosen in names else None)
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
     args, extra = parser.parse_known_args(words)
     if args.command is None:
         if extra:

@@ -247,7 +247,8 @@ class FlightSummarizer:
                         stamp = _unpack_u64(data, at)[0] if offset > 0 and at + 8 <= stop else 0
                     elif size < _DATA_PREFIX_SIZE - MESSAGE_HEADER_SIZE:
                         stamp = 0
-                    last = max(last, stamp)
+                    if stamp > last:  # noqa: PLR1730 (a builtin call costs more in this loop)
+                        last = stamp
                     if decoder is not None and size - 2 >= decoder.size:
                         self._row(decoder, view[pos + 5 : stop], stamp)
             elif not self._other(kind, view[pos + MESSAGE_HEADER_SIZE : stop], pos):
