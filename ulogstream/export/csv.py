@@ -96,7 +96,7 @@ class CsvExportSummary(msgspec.Struct, frozen=True):
     directory: Path
     files: dict[tuple[str, int], Path]
     rows: int
-    problems: tuple[str, ...] = msgspec.field(default=())
+    problems: tuple[str, ...] = ()
 
 
 def csv_columns(name: str, formats: Mapping[str, FormatDefined]) -> list[_Column]:
