@@ -322,6 +322,21 @@ def test_an_arrival_after_the_slot_opens_is_published_at_once_and_supersedes_the
     assert policy.skipped_samples == 1
 
 
+def test_a_superseded_held_row_sets_no_deadline() -> None:
+    # The recorder's timer sleeps until next_deadline: a stale one would wake it for nothing.
+    policy, sub, _ = fast_instance()
+    policy.select(fast_batch(sub, [1_000]), now=0.0)
+    policy.select(fast_batch(sub, [2_000]), now=0.05)  # held, due at 0.2
+    assert policy.next_deadline() == pytest.approx(0.2)
+    policy.select(fast_batch(sub, [3_000]), now=0.11)  # published: the held row is gone
+    assert policy.next_deadline() is None
+    policy.select(fast_batch(sub, [4_000]), now=0.15)  # held: its slot opens at 0.2
+    due = policy.next_deadline()
+    assert due is not None
+    assert due == pytest.approx(0.3)
+    assert sample_times(policy.flush_due(due)) == [4_000]
+
+
 def test_a_batch_arriving_when_the_slot_is_open_publishes_only_its_newest_row() -> None:
     policy, sub, _ = fast_instance()
     out = policy.select(fast_batch(sub, [1_000, 2_000, 3_000]), now=5.0)

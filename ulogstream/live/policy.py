@@ -394,8 +394,8 @@ class PublishPolicy:
         heap = self._heap
         while heap and heap[0][0] <= now:
             deadline, _, msg_id = heapq.heappop(heap)
-            inst = self._instances.get(msg_id)
-            if inst is None or inst.held is None or inst.held_deadline != deadline:
+            inst = self._held_instance(deadline, msg_id)
+            if inst is None or inst.held is None:
                 continue  # stale entry: the held row was published or replaced meanwhile
             held = inst.held
             inst.held = None
@@ -421,11 +421,26 @@ class PublishPolicy:
             out.append(self._status_message(now))
         return out
 
+    def _held_instance(self, deadline: float, msg_id: int) -> _Instance | None:
+        """The instance whose held row a heap entry is for; None when the entry is stale."""
+        inst = self._instances.get(msg_id)
+        if inst is None or inst.held is None or inst.held_deadline != deadline:
+            return None
+        return inst
+
     def next_deadline(self) -> float | None:
-        """When :meth:`flush_due` has something to do next (None: nothing pending)."""
+        """When :meth:`flush_due` has something to do next (None: nothing pending).
+
+        Stale heap entries at the front are dropped first: most held rows are superseded by
+        the next arrival after their slot opens, and each stale deadline would wake the timer
+        for nothing (on a real log at 10 Hz, seven of eight of ``flush_due``'s calls).
+        """
         deadlines: list[float] = []
-        if self._heap:
-            deadlines.append(self._heap[0][0])
+        heap = self._heap
+        while heap and self._held_instance(heap[0][0], heap[0][2]) is None:
+            heapq.heappop(heap)
+        if heap:
+            deadlines.append(heap[0][0])
         if self._status_dirty:
             deadlines.append(self._status_sent_at + self.settings.status_interval_s)
         if self._params_dirty or self._params_pending:
