@@ -612,6 +612,67 @@ async def test_samples_offered_at_once_arrive_whole_and_in_order_around_other_me
     assert (sink.published, sink.dropped) == (len(samples) + len(others), 0)
 
 
+@pytest.mark.asyncio
+async def test_a_burst_the_socket_takes_is_written_at_once_without_a_writer(
+    mosquitto: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Queued on paho, each burst would make aiomqtt register a writer (a loop wake-up through
+    # call_soon_threadsafe, then a turn for the write): four loop turns per burst.
+    loop = asyncio.get_running_loop()
+    registered: list[int] = []
+    add_writer = loop.add_writer
+
+    def counted(fd: int, callback: Callable[..., object], *args: object) -> None:
+        registered.append(fd)
+        add_writer(fd, callback, *args)
+
+    sink = sink_for(mosquitto, outbox_size=5000)
+    samples = [MqttMessage(f"t/s/{i % 7}", str(i).encode()) for i in range(1000)]
+    async with subscriber(mosquitto, "t/#") as collector, running(sink.run()):
+        await eventually(lambda: sink.connected, what="connected")
+        monkeypatch.setattr(loop, "add_writer", counted)
+        for start in range(0, len(samples), 100):  # as the decoder offers: a batch per turn
+            sink.offer_all(samples[start : start + 100])
+            await asyncio.sleep(0.005)
+        await collector.wait_until(lambda got: len(got) == len(samples))
+        assert registered == []  # before both clients' DISCONNECT on the way out
+    assert [m.payload for m in collector.messages] == [m.payload for m in samples]
+
+
+@pytest.mark.asyncio
+async def test_a_burst_cut_short_by_a_stopped_broker_goes_on_whole_when_it_resumes(
+    mosquitto: Broker,
+) -> None:
+    """What the socket does not take of a burst, paho writes later: every packet stays whole.
+
+    With the broker stopped (SIGSTOP) the kernel's buffers fill, a burst is written in part,
+    and the rest waits in paho's queue; a packet cut at the wrong byte would make the broker
+    drop the connection. After SIGCONT every message handed on arrives, in order.
+    """
+    assert mosquitto.process is not None
+    sink = sink_for(mosquitto, outbox_size=400)
+    payload = bytes(20_000)
+    async with subscriber(mosquitto, "t/#") as collector, running(sink.run()):
+        await eventually(lambda: sink.connected, what="connected")
+        mosquitto.process.send_signal(signal.SIGSTOP)
+        try:
+            for i in range(2000):  # 40 MB: far more than the socket buffers hold
+                sink.offer(MqttMessage("t/big/0", struct.pack("<I", i) + payload))
+                if i % 50 == 49:
+                    await asyncio.sleep(0.002)
+            await eventually(lambda: sink.dropped > 0, what="the outbox never filled")
+        finally:
+            mosquitto.process.send_signal(signal.SIGCONT)
+        async with asyncio.timeout(WAIT * 3):
+            await sink.wait_drained()
+        await collector.wait_until(lambda got: len(got) == sink.published, limit=WAIT * 3)
+        assert sink.reconnects == 0
+    numbers = [struct.unpack_from("<I", m.payload)[0] for m in collector.messages]
+    assert numbers == sorted(numbers)
+    assert len(numbers) + sink.dropped == 2000
+    assert all(len(m.payload) == 20_004 for m in collector.messages)
+
+
 # -- no broker needed ------------------------------------------------------------------------
 
 

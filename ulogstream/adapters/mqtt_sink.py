@@ -80,6 +80,23 @@ def _paho_of(client: aiomqtt.Client) -> mqtt.Client | None:
     return None
 
 
+def _send_now(paho: mqtt.Client, data: bytes) -> int:
+    """Write ``data`` on paho's socket at once, when paho has nothing queued; bytes written.
+
+    Queued on paho instead, a burst costs four more loop turns: aiomqtt registers a writer
+    through ``call_soon_threadsafe`` (a wake-up of the loop), the loop reports the socket
+    writable, paho writes, and the writer is removed. 0 when the socket takes nothing now or
+    failed: paho then writes it, and its own write reports a lost connection as it always does.
+    """
+    sock = paho.socket()
+    if sock is None:
+        return 0
+    try:
+        return sock.send(data)
+    except OSError:  # BlockingIOError and ssl.SSLWantWriteError among them
+        return 0
+
+
 class _OnPublishWhileAwaited:
     """paho's ``on_publish`` (aiomqtt's), there only while an aiomqtt ``publish`` awaits one.
 
@@ -540,9 +557,12 @@ class MqttSink:
                 outbox.refused(message)
                 self._refused(message, _describe(err))
         if packets:
-            mid = paho._mid_generate()  # noqa: SLF001 (see _paho_of)
-            info = mqtt.MQTTMessageInfo(mid)  # paho marks it published once written
-            paho._packet_queue(PUBLISH, b"".join(packets), mid, 0, info)  # noqa: SLF001
+            data = b"".join(packets)
+            sent = _send_now(paho, data)
+            if sent < len(data):  # the rest when the socket takes it, as paho writes any packet
+                mid = paho._mid_generate()  # noqa: SLF001 (see _paho_of)
+                info = mqtt.MQTTMessageInfo(mid)  # paho marks it published once written
+                paho._packet_queue(PUBLISH, data[sent:], mid, 0, info)  # noqa: SLF001
             self.published += len(packets)
         return len(packets)
 
