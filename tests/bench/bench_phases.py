@@ -1,7 +1,8 @@
 """Where a ``record`` process spends its CPU: start-up, the stream, the end; trees alternated.
 
 Run: ``.venv/bin/python tests/bench/bench_phases.py [--log NAME] [--rate B/S] [--runs N]
-[--before DIR] [--floor]`` (about ``runs x trees x 25`` seconds; needs ``../shared/data/ulg``).
+[--before DIR] [--floor] [--mqtt]`` (about ``runs x trees x 25`` seconds; needs
+``../shared/data/ulg``, and mosquitto for ``--mqtt``).
 
 ``ulogstream record --once`` listens on UDP; once it says so (and 0.3 s later, its start-up done)
 its CPU is read from ``/proc``; the simulated PX4 (``ulogstream sim``, a process of its own)
@@ -10,13 +11,15 @@ log's time ignored; when it has sent all, the CPU is read again; then the record
 log (stop, checksum, flight index) and exits (``wait4``). Printed per run: start-up, stream and
 end CPU seconds, and the stream's user and system time. With ``--before DIR`` the checkout DIR
 runs in turn with this one (DIR under /work, so that ``../shared`` is found from it).
-``--floor`` runs ``floor_receiver.py`` instead (the least a receiver can cost). The whole-process
+``--floor`` runs ``floor_receiver.py`` instead (the least a receiver can cost); ``--mqtt``
+runs ``record --mqtt`` (default 10 Hz) with a mosquitto started here. The whole-process
 ratios against PX4's script are ``bench_real.py``'s; this one says which phase moved.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -29,6 +32,9 @@ DATA = ROOT.parent / "shared" / "data" / "ulg"
 FLOOR = Path(__file__).with_name("floor_receiver.py")
 TICKS = os.sysconf("SC_CLK_TCK")
 
+sys.path.insert(0, str(ROOT / "tests"))
+from bench.bench_live import mosquitto  # noqa: E402
+
 
 def cpu(pid: int) -> tuple[float, float]:
     """User and system CPU seconds of process ``pid`` so far."""
@@ -36,8 +42,8 @@ def cpu(pid: int) -> tuple[float, float]:
     return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
-def run(tree: Path, log: Path, rate: str, port: int, *, floor: bool) -> str:
-    """One recording of ``log``; the line of figures."""
+def run(tree: Path, log: Path, rate: str, port: int, *, floor: bool, broker: int | None) -> str:
+    """One recording of ``log`` (published to ``broker`` when given); the line of figures."""
     with tempfile.TemporaryDirectory() as out:
         if floor:
             words = [sys.executable, str(FLOOR), f"udpin:127.0.0.1:{port}", f"{out}/stream.bin"]
@@ -46,6 +52,8 @@ def run(tree: Path, log: Path, rate: str, port: int, *, floor: bool) -> str:
                 sys.executable, "-m", "ulogstream", "record", f"udpin:127.0.0.1:{port}", "--once",
                 "--no-status", "--out", out, "--min-free-mb", "0",
             ]  # fmt: skip
+            if broker is not None:
+                words += ["--mqtt", f"mqtt://127.0.0.1:{broker}", "--vehicle-id", "bench"]
         receiver = subprocess.Popen(
             words, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
@@ -82,17 +90,21 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--before", type=Path, help="another checkout, run in turn with this one")
     parser.add_argument("--floor", action="store_true", help="time floor_receiver.py instead")
+    parser.add_argument("--mqtt", action="store_true", help="record --mqtt to a local mosquitto")
     args = parser.parse_args()
     log = DATA / args.log
     if not log.is_file():
         sys.exit(f"{log} is missing: this benchmark needs ../shared/data/ulg")
     trees = [ROOT] if args.before is None else [args.before.resolve(), ROOT]
     print(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), f"nproc {os.cpu_count()}", log.name)
-    for number in range(args.runs):
-        for tree in trees:
-            port = 47000 + (os.getpid() + number) % 2000
-            name = "before" if tree != ROOT else "this tree"
-            print(f"{name:10s} {run(tree, log, args.rate, port, floor=args.floor)}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        broker = stack.enter_context(mosquitto(Path(tmp)))[0] if args.mqtt else None
+        for number in range(args.runs):
+            for tree in trees:
+                port = 47000 + (os.getpid() + number) % 2000
+                name = "before" if tree != ROOT else "this tree"
+                line = run(tree, log, args.rate, port, floor=args.floor, broker=broker)
+                print(f"{name:10s} {line}", flush=True)
 
 
 if __name__ == "__main__":
