@@ -459,7 +459,7 @@ class MqttSink:
             if paho is not None and outbox.cap is None:
                 if not paho.want_write():
                     turns = 0
-                    if self._publish_burst(paho):
+                    if self._publish_burst(paho) and outbox.pending:
                         await asyncio.sleep(0)  # let the loop read the socket and run the others
                         continue
                 elif turns < WRITE_TURNS:
