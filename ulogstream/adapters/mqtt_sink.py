@@ -463,9 +463,10 @@ class MqttSink:
                         await asyncio.sleep(0)  # let the loop read the socket and run the others
                         continue
                 elif turns < WRITE_TURNS:
-                    # paho writes the last burst from a writer callback that aiomqtt registers
-                    # at the loop's next turn: wait for it rather than send the next sample
-                    # through ``publish`` (an event and a task for each message).
+                    # paho writes the rest of the last burst (what the socket did not take)
+                    # from a writer callback that aiomqtt registers at the loop's next turn:
+                    # wait for it rather than send the next sample through ``publish`` (an
+                    # event and a task for each message).
                     turns += 1
                     await asyncio.sleep(0)
                     continue
@@ -514,21 +515,21 @@ class MqttSink:
             self.published += 1
 
     def _publish_burst(self, paho: mqtt.Client) -> int:
-        """Frame up to :data:`BURST` waiting QoS 0 messages and queue them on paho at once.
+        """Frame up to :data:`BURST` waiting QoS 0 messages and write them on paho's socket.
 
         A burst ends after :data:`BURST_S` of work. aiomqtt's ``publish`` is a coroutine that,
         for a message not written at once, makes an event and a task to wait for paho's
         ``on_publish``: two or three loop iterations per message. QoS 0 needs no confirmation,
         so the burst's PUBLISH packets are framed here (:mod:`ulogstream.live.mqtt_packets`,
-        1-2 us a message against paho's 18-28) and joined into one packet of paho's queue: paho
-        writes it with one ``send`` when the socket takes it (what a partial write leaves, it
-        writes later as for any packet). A burst starts only when paho has nothing left to
-        write, so a slow broker backs up into the bounded outbox (drop-oldest), never into
-        paho's queue. QoS 1 and 2, and retained messages sent again after a reconnection
-        (paced), go through ``publish`` (they end the burst).
+        1-2 us a message against paho's 18-28), joined, and written with one ``send``
+        (:func:`_send_now`); what the socket does not take goes to paho's queue as one packet,
+        which paho writes when the socket takes it. A burst starts only when paho has nothing
+        left to write, so the order holds and a slow broker backs up into the bounded outbox
+        (drop-oldest), never into paho's queue. QoS 1 and 2, and retained messages sent again
+        after a reconnection (paced), go through ``publish`` (they end the burst).
 
         Returns:
-            How many messages paho took.
+            How many messages were written or handed to paho.
 
         Raises:
             aiomqtt.MqttCodeError: paho has no connection (nothing was taken from the outbox).
