@@ -23,6 +23,7 @@ import aiomqtt
 import msgspec
 import numpy as np
 import pytest
+from support.loop_watch import count_registrations
 from support.waiting import eventually, holds_for, running
 
 from ulogstream.adapters.mqtt_sink import MqttSink
@@ -618,19 +619,11 @@ async def test_a_burst_the_socket_takes_is_written_at_once_without_a_writer(
 ) -> None:
     # Queued on paho, each burst would make aiomqtt register a writer (a loop wake-up through
     # call_soon_threadsafe, then a turn for the write): four loop turns per burst.
-    loop = asyncio.get_running_loop()
-    registered: list[int] = []
-    add_writer = loop.add_writer
-
-    def counted(fd: int, callback: Callable[..., object], *args: object) -> None:
-        registered.append(fd)
-        add_writer(fd, callback, *args)
-
     sink = sink_for(mosquitto, outbox_size=5000)
     samples = [MqttMessage(f"t/s/{i % 7}", str(i).encode()) for i in range(1000)]
     async with subscriber(mosquitto, "t/#") as collector, running(sink.run()):
         await eventually(lambda: sink.connected, what="connected")
-        monkeypatch.setattr(loop, "add_writer", counted)
+        registered = count_registrations(monkeypatch, asyncio.get_running_loop(), "add_writer")
         for start in range(0, len(samples), 100):  # as the decoder offers: a batch per turn
             sink.offer_all(samples[start : start + 100])
             await asyncio.sleep(0.005)

@@ -3,9 +3,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from typing import TYPE_CHECKING
 
 import pytest
+from support.loop_watch import count_registrations
 from support.waiting import eventually
 
 from ulogstream.adapters.connection import open_transport
@@ -14,9 +14,6 @@ from ulogstream.config.values import parse_connection
 from ulogstream.errors import LinkError
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.stream.packets import LoggingAck, LoggingPacket
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 
 class LoopTurns:
@@ -265,15 +262,7 @@ async def test_each_drained_burst_is_reported_and_the_socket_stays_watched(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No epoll_ctl per wake-up: the reader is registered once for the whole pump."""
-    loop = asyncio.get_running_loop()
-    watched: list[int] = []
-    add_reader = loop.add_reader
-
-    def counting_add_reader(fd: int, callback: Callable[..., object], *args: object) -> None:
-        watched.append(fd)
-        add_reader(fd, callback, *args)
-
-    monkeypatch.setattr(loop, "add_reader", counting_add_reader)
+    watched = count_registrations(monkeypatch, asyncio.get_running_loop(), "add_reader")
     link = await UdpTransport.listen("127.0.0.1", 0)
     got: list[bytes] = []
     bursts: list[int] = []
