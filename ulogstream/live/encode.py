@@ -60,8 +60,17 @@ class RowEncoder:
         layout = _field_layout(dtype)
         self.itemsize = dtype.itemsize
         self.keys = self.keys_of(dtype)
-        # (kind, gather dtype) -> (byte index into a row, output columns); kind: f, i or b
+        # Batches: (kind, gather dtype) -> (byte index into a row, output columns); kind: f, i
+        # or b. One row (what a rate cap publishes): (offset, column, struct code, size) of each
+        # kind, read by a struct of its own (float32 as its bits, the key of the text cache),
+        # then put in key order by one itemgetter.
         groups: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        by_kind: dict[str, list[tuple[int, int, str, int]]] = {
+            "f32": [],
+            "f64": [],
+            "int": [],
+            "bool": [],
+        }
         self.char_fields: list[tuple[str, int]] = []
         for column, name in enumerate(self.keys):
             dtype_str, offset, size = layout[name]
@@ -73,38 +82,25 @@ class RowEncoder:
             index, columns = groups.setdefault(key, ([], []))
             index.extend(range(offset, offset + size))
             columns.append(column)
+            code = _STRUCT_CODES[kind, size]
+            if code == "f":
+                by_kind["f32"].append((offset, column, "I", size))
+            else:
+                group = "f64" if code == "d" else "bool" if code == "?" else "int"
+                by_kind[group].append((offset, column, code, size))
         self.groups = [
             (kind, np.dtype(gdt), np.array(index, dtype=np.intp), np.array(columns, dtype=np.intp))
             for (kind, gdt), (index, columns) in groups.items()
         ]
         key_part = "".join(f",{json.dumps(k).replace('%', '%%')}:%s" for k in self.keys)
         self.template = '{"t":%s,"timestamp":%d' + key_part + "}"
-        # One row (what a rate cap publishes): each kind read by a struct of its own (float32 as
-        # its bits, the key of the text cache), then put in key order by one itemgetter.
-        by_kind: dict[str, list[tuple[int, int, str]]] = {
-            "f32": [],
-            "f64": [],
-            "int": [],
-            "bool": [],
-        }
-        for column, name in enumerate(self.keys):
-            dtype_str, offset, _ = layout[name]
-            field = np.dtype(dtype_str)
-            if field.kind == "S":
-                continue
-            code = _STRUCT_CODES[field.kind, field.itemsize]
-            if code == "f":
-                by_kind["f32"].append((offset, column, "I"))
-            else:
-                group = "f64" if code == "d" else "bool" if code == "?" else "int"
-                by_kind[group].append((offset, column, code))
         structs: list[struct.Struct | None] = []
         order: list[int] = []
         for fields in by_kind.values():
             codes, position = ["<"], 0
-            for offset, column, code in sorted(fields):
+            for offset, column, code, size in sorted(fields):
                 codes.append(f"{offset - position}x{code}")
-                position = offset + struct.calcsize(f"<{code}")
+                position = offset + size
                 order.append(column)
             structs.append(struct.Struct("".join(codes)) if fields else None)
         self._f32_bits, self._f64s, self._ints, self._bools = structs
