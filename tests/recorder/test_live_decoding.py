@@ -13,11 +13,13 @@ from support.shared_data import shared_ulg
 from support.waiting import eventually
 
 from ulogstream.adapters.file_sink import UlgFileSink
+from ulogstream.adapters.foxglove_sink import FoxgloveSink
 from ulogstream.adapters.log_files import LogFiles
 from ulogstream.adapters.mqtt_sink import MqttSink
 from ulogstream.adapters.ulog_file import read
 from ulogstream.cli.demo import free_udp_port
 from ulogstream.config.sections import MqttSettings
+from ulogstream.config.values import parse_listen
 from ulogstream.live.policy import PublishPolicy
 from ulogstream.mavlink_codec import MavlinkCodec
 from ulogstream.recorder import decoding as daemon
@@ -215,6 +217,30 @@ async def test_live_work_waits_while_the_vehicle_sends_stop_and_wait(tmp_path: P
     assert not live._acks_first(now + daemon.ACKS_FIRST_S / 2)
     pipeline.abandon(0.0)
     await files.aclose()
+
+
+@pytest.mark.asyncio
+async def test_the_foxglove_view_alone_decodes_what_was_written_within_the_decode_delay() -> None:
+    """A live outlet without MQTT: rows wait :data:`DECODE_DELAY_S`, not a framing batch.
+
+    The Foxglove view came after MQTT; the decoder scheduled its delayed decoding for MQTT
+    only, so a view alone waited for 16 KiB of log (a third of a second at SITL pace), and the
+    viewer's plot had half the points of its rate cap.
+    """
+    foxglove = FoxgloveSink(
+        listen=parse_listen("127.0.0.1:0"), policy=PublishPolicy(vehicle_id="v")
+    )
+    live = daemon.LiveDecoder(status=RecorderStatus(), foxglove=foxglove)
+    live.log_started(0, time.monotonic())
+    parser = live._parser
+    assert parser is not None
+    head = flight_log(1.0, seed=3)[:1000]  # far less than a framing batch
+    assert len(head) < daemon.FRAMING_BATCH_BYTES
+    live.write(head, time.monotonic())
+    assert live._decode_scheduled
+    await eventually(
+        lambda: parser.offset > 0, limit=daemon.DECODE_DELAY_S + 5, what="nothing decoded"
+    )
 
 
 def test_a_write_larger_than_a_slice_is_cut() -> None:

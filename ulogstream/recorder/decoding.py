@@ -27,7 +27,7 @@ logger = logging.getLogger("ulogstream")
 
 
 DECODE_DELAY_S = 0.01
-"""With MQTT, the longest a written row waits before it is decoded (and maybe published).
+"""With a live outlet (MQTT, the Foxglove view), the longest a written row waits to be decoded.
 
 Several datagrams are decoded in one go instead of one callback per datagram. On real PX4 logs
 at the USB ceiling (``tests/bench/bench_real.py --paces usb``) 5 ms let the vehicle's ack round
@@ -169,7 +169,7 @@ class LiveDecoder:
         self._backlog_bytes += len(data)
         self._decode_now = now
         if not self._decode_scheduled:
-            if self.publisher is not None:
+            if self.live:
                 self._schedule(DECODE_DELAY_S)
             elif self._backlog_bytes >= FRAMING_BATCH_BYTES:
                 self._schedule()
