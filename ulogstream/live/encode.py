@@ -18,6 +18,7 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
+from ulogstream.live.float_text import FLOAT32_MAX, float32_bits, float32_json, float32_value
 from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES
 
 if TYPE_CHECKING:
@@ -360,14 +361,9 @@ FLOAT_TEXT_CACHE = 1 << 16
 """Most float32 texts kept; the cache starts over when full."""
 
 
-_U32 = struct.Struct("<I")
-_F32 = struct.Struct("<f")
-
-
 def _float32_text(bits: int) -> str:
-    """The float32 of ``bits`` as numpy writes it (null if not finite), kept in the cache."""
-    (value,) = _F32.unpack(_U32.pack(bits))
-    text = str(np.float32(value)) if math.isfinite(value) else "null"
+    """The float32 of ``bits`` as JSON text (:func:`float32_json`), kept in the cache."""
+    text = float32_json(bits)
     if len(_FLOAT32_TEXTS) >= FLOAT_TEXT_CACHE:
         _FLOAT32_TEXTS.clear()
     _FLOAT32_TEXTS[bits] = text
@@ -401,9 +397,10 @@ def _json_number(value: float) -> str:
         return str(value)
     if not math.isfinite(value):
         return "null"
-    single = np.float32(value)
-    if float(single) == value:
-        return str(single)
+    if abs(value) <= FLOAT32_MAX:
+        bits = float32_bits(value)
+        if float32_value(bits) == value:
+            return float32_json(bits)
     return repr(value)
 
 

@@ -1,0 +1,134 @@
+"""float32 values as JSON number text, shortest round-trip form, without numpy.
+
+A ULog ``float`` field is a float32. Its JSON text is the shortest decimal that reads back as
+the same float32 (``0.1``, not float64's ``0.10000000149011612``), as numpy >= 2.3 writes a
+float32 (``str(np.float32(x))``, and ``astype(str)`` of an array):
+
+- positional for ``1e-4 <= |x| < 1e6`` with at least one digit after the point (``100000.0``,
+  ``0.0001234``), scientific otherwise with trailing zeros left out (``1e+06``,
+  ``1.756885e+06``, ``-2.5e-38``); ``0.0`` and ``-0.0`` positional;
+- of two shortest decimals that read back the same, the one closer to the value;
+- NaN and the infinities as ``null`` (JSON has no text for them).
+
+The rate-capped one-row path formats most values here; it runs where numpy is never loaded.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+_F32: Final = struct.Struct("<f")
+_U32: Final = struct.Struct("<I")
+
+_EXPONENT_MASK: Final = 0x7F800000
+_MANTISSA_MASK: Final = 0x007FFFFF
+_SIGN_BIT: Final = 0x80000000
+
+POSITIONAL_LOW: Final = 1e-4
+"""Smallest magnitude written positionally (numpy's cutoff)."""
+
+POSITIONAL_HIGH: Final = 1e6
+"""Magnitudes from here on are written in scientific form (numpy >= 2.3's float32 cutoff)."""
+
+_POSITIONAL_LOW_BITS: Final = 0x38D1B718
+"""The bits of the least float32 from :data:`POSITIONAL_LOW` on (positive floats order as their
+bits do)."""
+
+_POSITIONAL_HIGH_BITS: Final = 0x49742400
+"""The bits of :data:`POSITIONAL_HIGH`, a float32."""
+
+_POWERS_OF_TEN: Final = tuple(10**n for n in range(120))  # exact values have at most 112 digits
+
+
+FLOAT32_MAX: Final = 3.4028234663852886e38
+"""The largest finite float32."""
+
+
+def float32_bits(value: float) -> int:
+    """The bits of ``value`` rounded to float32 (the key :func:`float32_json` takes).
+
+    Raises:
+        OverflowError: ``|value|`` is finite and beyond :data:`FLOAT32_MAX`'s rounding range.
+    """
+    (bits,) = _U32.unpack(_F32.pack(value))
+    return int(bits)
+
+
+def float32_value(bits: int) -> float:
+    """The float32 with these bits, as a Python float (exactly)."""
+    (value,) = _F32.unpack(_U32.pack(bits))
+    return float(value)
+
+
+def float32_json(bits: int) -> str:
+    """The JSON text of the float32 with these bits (see the module's docstring)."""
+    if bits & _EXPONENT_MASK == _EXPONENT_MASK:
+        return "null"  # NaN or an infinity
+    magnitude = bits & ~_SIGN_BIT
+    sign = "-" if bits & _SIGN_BIT else ""
+    if not magnitude:
+        return sign + "0.0"
+    digits, exponent = _shortest_digits(magnitude)
+    if _POSITIONAL_LOW_BITS <= magnitude < _POSITIONAL_HIGH_BITS:
+        return sign + _positional(digits, exponent)
+    head = digits if len(digits) == 1 else f"{digits[0]}.{digits[1:]}"
+    return f"{sign}{head}e{exponent:+03d}"
+
+
+def _shortest_digits(bits: int) -> tuple[str, int]:
+    """The shortest digits that read back as this positive float32, and the first's exponent.
+
+    Exact integer arithmetic: the value is ``mantissa * 2**power``, that is ``exact`` units of
+    ``10**-scale``. A decimal reads back when it is less than half a gap (``gap`` units) from
+    the value, or just half a gap when the mantissa is even (round half to even); a power of two
+    has half the gap below it. Of the two decimals of a length around the value, the nearer one
+    that reads back is taken. If no decimal of ``n`` digits reads back, none shorter does; nine
+    digits always do, and most values of a log need seven or eight: lengths are tried from
+    eight down.
+    """
+    biased = bits >> 23
+    mantissa = bits & _MANTISSA_MASK
+    power = -149  # a subnormal's
+    if biased:
+        mantissa |= 1 << 23
+        power = biased - 150
+    if power >= 0:
+        exact, gap, scale = mantissa << power, 1 << power, 0
+    else:
+        gap, scale = 5**-power, -power
+        exact = mantissa * gap
+    below = 4 if mantissa == 1 << 23 and biased > 1 else 2  # twice the error, vs the gap
+    closed = not mantissa & 1
+    length = len(str(exact))
+    found = exact, 0  # the value itself, when it has fewer digits than tried
+    for dropped in range(length - min(8, length), length):
+        unit = _POWERS_OF_TEN[dropped]
+        kept, rest = divmod(exact, unit)
+        down_error, up_error = below * rest, 2 * (unit - rest)
+        down = down_error < gap or (closed and down_error == gap)
+        up = up_error < gap or (closed and up_error == gap)
+        if up and (not down or 2 * rest > unit or (2 * rest == unit and kept & 1)):
+            found = kept + 1, dropped
+        elif down:
+            found = kept, dropped
+        elif dropped == length - 8 and length > 8:  # noqa: PLR2004 (eight digits miss: nine)
+            nearest = (exact + unit // 20) // (unit // 10)
+            found = nearest, dropped - 1
+            break
+        else:
+            break
+    kept, dropped = found
+    text = str(kept)
+    # rounding up may have added a digit (999 -> 1000): the exponent is that of the first
+    return text.rstrip("0") or "0", len(text) + dropped - 1 - scale
+
+
+def _positional(digits: str, exponent: int) -> str:
+    """Significant ``digits`` times 10**``exponent`` written out, at least one decimal."""
+    if exponent < 0:
+        return "0." + "0" * (-exponent - 1) + digits
+    whole = exponent + 1
+    if len(digits) <= whole:
+        return digits + "0" * (whole - len(digits)) + ".0"
+    return f"{digits[:whole]}.{digits[whole:]}"
