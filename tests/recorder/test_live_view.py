@@ -73,7 +73,10 @@ def fixture_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         wait_until(lambda: bool(first.of_kind("open")), what="the first viewer connected")
         live.stream(source)
         wait_until(
-            lambda: live.log().count(": recording ") >= 2, limit=60, what="the second log opened"
+            # "recording into <folder>" comes first, at first contact: count the logs' files
+            lambda: live.log().count(": recording /") >= 2,
+            limit=60,
+            what="the second log opened",
         )
         late = Viewer(url, ("foxglove.websocket.v1",))  # as Foxglove Studio 1.x offers
         viewers.append(late)
