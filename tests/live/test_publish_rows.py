@@ -8,6 +8,8 @@ import json
 import math
 import random
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -23,6 +25,8 @@ from ulogstream.ulog.events import Subscription
 from ulogstream.ulog.parser import RowSelection, ULogParser
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ulogstream.live.outbox import MqttMessage
 
 WALL = 1_732_200_000.0
@@ -101,7 +105,7 @@ def test_rows_for_follows_the_rates_and_patterns() -> None:
         return policy.rows_for(Subscription(1, 0, name, dtype))
 
     assert rows("vehicle_attitude") is RowSelection.ALL  # rate 0: every row
-    assert rows("sensor_gps") is RowSelection.ALL  # anchors the wall clock
+    assert rows("sensor_gps") is RowSelection.NEWEST  # capped: the fix is read from the bytes
     assert rows("sensor_accel") is RowSelection.NEWEST  # capped
     assert rows("battery_status") is RowSelection.NEWEST
     assert rows("actuator_outputs") is RowSelection.NONE  # excluded
@@ -156,3 +160,49 @@ def test_every_row_published_at_rate_0_equals_pyulogs() -> None:
                     assert isinstance(row[base.group(1)], str), (topic, key)
                     continue
                 assert same_value(row[key], value), (topic, key, row[key], value)
+
+
+DEFAULT_PATH_SCRIPT = """
+import sys
+from pathlib import Path
+
+from ulogstream.live.policy import PublishPolicy
+from ulogstream.ulog.parser import ULogParser
+
+log = Path(sys.argv[1]).read_bytes()
+policy = PublishPolicy(vehicle_id="v")
+parser = ULogParser(rows=policy.rows_for)
+messages = policy.log_started(wall_time=1.7e9, now=0.0)
+now = 0.0
+for start in range(0, len(log), 1000):
+    now += 0.008
+    for event in parser.receive_bytes(log[start : start + 1000]):
+        messages += policy.select(event, now)
+    messages += policy.flush_due(now)
+for event in parser.close():
+    messages += policy.select(event, now)
+samples = [m for m in messages if "/json/" in m.topic]
+print(len(samples), len({m.topic for m in samples}), policy.anchors, "numpy" in sys.modules)
+"""
+
+
+def test_the_default_json_path_publishes_a_flight_without_numpy(tmp_path: Path) -> None:
+    """JSON at 10 Hz, the default: rows encoded from their bytes, the GPS fix read from them.
+
+    numpy's import was a tenth of ``record --mqtt``'s CPU on a real log (issue 25).
+    """
+    path = tmp_path / "flight.ulg"
+    path.write_bytes(flight())
+    done = subprocess.run(
+        [sys.executable, "-c", DEFAULT_PATH_SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    samples, topics, anchors, numpy_loaded = done.stdout.split()
+    assert numpy_loaded == "False"
+    assert anchors == "2"  # the receiver's clock at the start, then the flight's GPS fix
+    with contextlib.redirect_stdout(io.StringIO()):
+        logged = {(d.name, d.multi_id) for d in ULog(str(path)).data_list}
+    assert int(topics) == len(logged)
+    assert int(samples) > 10 * int(topics)  # 6 s of flight at up to 10 Hz a topic

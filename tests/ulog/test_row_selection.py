@@ -13,7 +13,7 @@ from support.shared_data import shared_ulg
 from support.ulog_builders import of_type
 
 from ulogstream.sim.flightlog import generate_flight_log
-from ulogstream.ulog.events import DataRows, Subscription, ULogEvent
+from ulogstream.ulog.events import DataRows, Subscription, ULogEvent, UndecodedRows
 from ulogstream.ulog.parser import RowSelection, RowSelector, ULogParser
 from ulogstream.ulog.writer import ULogWriter
 
@@ -58,33 +58,49 @@ def every(selection: RowSelection) -> RowSelector:
     return select
 
 
+def row_batches(events: list[ULogEvent]) -> list[DataRows | UndecodedRows]:
+    return [e for e in events if isinstance(e, DataRows | UndecodedRows)]
+
+
+def other_events(events: list[ULogEvent]) -> list[ULogEvent]:
+    return [e for e in events if not isinstance(e, DataRows | UndecodedRows)]
+
+
 def the_same_rows(a: DataRows, b: DataRows) -> bool:
     return a.rows.tobytes() == b.rows.tobytes() and np.array_equal(a.timestamps_us, b.timestamps_us)
 
 
 def check_selection(log: bytes, seed: int) -> None:
-    """NEWEST gives the newest row of each of ALL's batches, NONE none; counts are the same."""
+    """NEWEST gives ALL's batches undecoded, NONE none; the counts are the same.
+
+    Where timestamps wrap, NEWEST's batches come as the newest row decoded.
+    """
     pieces = chunks(log, seed)
     everything, all_parser = feed(pieces, None)
     newest, newest_parser = feed(pieces, every(RowSelection.NEWEST))
     nothing, none_parser = feed(pieces, every(RowSelection.NONE))
 
     all_batches = of_type(everything, DataRows)
-    newest_batches = of_type(newest, DataRows)
+    newest_batches = row_batches(newest)
     assert len(newest_batches) == len(all_batches)
-    for full, one in zip(all_batches, newest_batches, strict=True):
-        assert one.subscription == full.subscription
+    undecoded = 0
+    for full, batch in zip(all_batches, newest_batches, strict=True):
+        assert batch.subscription == full.subscription
+        if isinstance(batch, UndecodedRows):
+            undecoded += 1
+            assert len(batch.payloads) == len(full.rows)
+            for payload, row in zip(batch.payloads, full.rows, strict=True):
+                assert row.tobytes() == payload + bytes(full.rows.itemsize - len(payload))
+            assert batch.timestamp_us == full.timestamps_us[-1]
+        one = batch.newest() if isinstance(batch, UndecodedRows) else batch
         assert len(one.rows) == 1
         assert one.rows.tobytes() == full.rows[-1:].tobytes()
         assert one.timestamps_us.tolist() == full.timestamps_us[-1:].tolist()
-    assert not of_type(nothing, DataRows)
+    assert undecoded  # every log here has uint64 timestamps somewhere
+    assert not row_batches(nothing)
     # every other event is the same, in the same order
-    assert [e for e in newest if type(e) is not DataRows] == [
-        e for e in everything if type(e) is not DataRows
-    ]
-    assert [e for e in nothing if type(e) is not DataRows] == [
-        e for e in everything if type(e) is not DataRows
-    ]
+    assert other_events(newest) == other_events(everything)
+    assert other_events(nothing) == other_events(everything)
 
     rows_per_sub: dict[int, int] = defaultdict(int)
     for batch in all_batches:
@@ -131,9 +147,12 @@ def test_the_selector_is_asked_once_per_subscription_and_can_mix() -> None:
 
     events, parser = feed([w.getvalue()], select)
     assert asked == ["fast", "slow"]
-    batches = {batch.subscription.name: batch for batch in of_type(events, DataRows)}
-    assert batches["fast"].rows["x"].tolist() == [6.0]
-    assert batches["slow"].rows["x"].tolist() == [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0]
+    (fast_rows,) = of_type(events, UndecodedRows)
+    assert fast_rows.subscription.name == "fast"
+    assert len(fast_rows.payloads) == 6
+    assert fast_rows.newest().rows["x"].tolist() == [6.0]
+    (slow_rows,) = of_type(events, DataRows)
+    assert slow_rows.rows["x"].tolist() == [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0]
     counts = {c.subscription.name: c for c in parser.topic_counts()}
     assert (counts["fast"].samples, counts["fast"].first_timestamp_us) == (6, 1001)
     assert counts["fast"].last_timestamp_us == 1006

@@ -53,7 +53,7 @@ from ulogstream.export.rosnames import (
     ros_type_name,
 )
 from ulogstream.live.encode import JsonValue, json_sample_time, row_json_schema
-from ulogstream.live.policy import PublishPolicy, chooses_alike
+from ulogstream.live.policy import PublishPolicy, Rows, chooses_alike
 from ulogstream.ulog.events import (
     DataRows,
     DefinitionsEnd,
@@ -62,6 +62,7 @@ from ulogstream.ulog.events import (
     Parameter,
     Subscription,
     ULogEvent,
+    UndecodedRows,
 )
 from ulogstream.ulog.gps_time import GPS_UTC_TOPICS
 
@@ -275,7 +276,7 @@ class _Instance:
         self.advertised_at = now
         self.first_served = False
         """Its kept samples went to the channel's first subscription: nothing to catch up."""
-        self.newest: DataRows | None = None
+        self.newest: Rows | None = None
         """The newest rows logged (sent or not), for a viewer that subscribes later."""
         self.rows_events = 0
         """Rows events seen: unchanged for a while after a subscription means a quiet topic."""
@@ -458,7 +459,7 @@ class FoxgloveSink:
         self._now = now
         if self._subscribed or self._quiet_watch:
             self._catch_up()
-        if type(event) is DataRows:  # the most frequent event by far: the shortest path
+        if isinstance(event, UndecodedRows | DataRows):  # the most frequent: the shortest path
             instance = self._by_msg_id.get(event.subscription.msg_id)
             if instance is not None:
                 instance.newest = event

@@ -15,14 +15,16 @@ import struct
 from typing import TYPE_CHECKING
 
 import msgpack
-import numpy as np
-import numpy.typing as npt
 
 from ulogstream.live.float_text import FLOAT32_MAX, float32_bits, float32_json, float32_value
+from ulogstream.ulog.events import RowLayout
 from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+
+    import numpy as np
+    import numpy.typing as npt
 
     from ulogstream.ulog.events import (
         FieldDefinition,
@@ -53,14 +55,16 @@ JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "Jso
 class RowEncoder:
     """Builds flat JSON and MessagePack objects for rows of one structured dtype.
 
-    Numeric fields of one dtype are gathered from the raw bytes with a single fancy index and
-    formatted by numpy per batch (float32 in its shortest round-trip form, like ``repr``).
+    One row (what a rate cap publishes) is read with ``struct`` from its bytes, without numpy.
+    For batches, numeric fields of one type are gathered from the raw bytes with a single fancy
+    index and formatted by numpy (float32 in its shortest round-trip form, as one row's are).
     """
 
-    def __init__(self, dtype: np.dtype[np.void]) -> None:
-        layout = _field_layout(dtype)
-        self.itemsize = dtype.itemsize
-        self.keys = self.keys_of(dtype)
+    def __init__(self, dtype: np.dtype[np.void] | RowLayout) -> None:
+        row_layout = RowLayout.of(dtype)
+        layout = _field_layout(row_layout)
+        self.itemsize = row_layout.size
+        self.keys = self.keys_of(row_layout)
         # Batches: (kind, gather dtype) -> (byte index into a row, output columns); kind: f, i
         # or b. One row (what a rate cap publishes): (offset, column, struct code, size) of each
         # kind, read by a struct of its own (float32 as its bits, the key of the text cache),
@@ -75,11 +79,13 @@ class RowEncoder:
         self.char_fields: list[tuple[str, int]] = []
         for column, name in enumerate(self.keys):
             dtype_str, offset, size = layout[name]
-            kind = np.dtype(dtype_str).kind
+            kind = _kind(dtype_str)
             if kind == "S":
                 self.char_fields.append((name, column))
                 continue
-            key = ("b", "|u1") if kind == "b" else ("f" if kind == "f" else "i", dtype_str)
+            key = (
+                ("b", "|u1") if kind == "b" else ("f" if kind == "f" else "i", _ordered(dtype_str))
+            )
             index, columns = groups.setdefault(key, ([], []))
             index.extend(range(offset, offset + size))
             columns.append(column)
@@ -89,10 +95,11 @@ class RowEncoder:
             else:
                 group = "f64" if code == "d" else "bool" if code == "?" else "int"
                 by_kind[group].append((offset, column, code, size))
-        self.groups = [
-            (kind, np.dtype(gdt), np.array(index, dtype=np.intp), np.array(columns, dtype=np.intp))
-            for (kind, gdt), (index, columns) in groups.items()
+        self._group_lists = groups
+        self._groups: list[
+            tuple[str, np.dtype[np.void], npt.NDArray[np.intp], npt.NDArray[np.intp]]
         ]
+        self._groups = []
         key_part = "".join(f",{json.dumps(k).replace('%', '%%')}:%s" for k in self.keys)
         self.template = '{"t":%s,"timestamp":%d' + key_part + "}"
         structs: list[struct.Struct | None] = []
@@ -117,15 +124,31 @@ class RowEncoder:
         )
 
     @staticmethod
-    def keys_of(dtype: np.dtype[np.void]) -> list[str]:
+    def keys_of(dtype: np.dtype[np.void] | RowLayout) -> list[str]:
         """The keys of a row's object after ``t`` and ``timestamp``, in payload order."""
-        return [name for name in _field_layout(dtype) if name != TIMESTAMP_FIELD]
+        return [name for name in RowLayout.of(dtype).names if name != TIMESTAMP_FIELD]
+
+    @property
+    def groups(
+        self,
+    ) -> list[tuple[str, np.dtype[np.void], npt.NDArray[np.intp], npt.NDArray[np.intp]]]:
+        """Per kind and type: (kind, gather dtype, byte index into a row, output columns)."""
+        if not self._groups and self._group_lists:
+            import numpy as np  # noqa: PLC0415 (one row at a time needs none: built at the first batch)
+
+            self._groups = [
+                (kind, np.dtype(gdt), np.array(index, np.intp), np.array(columns, np.intp))
+                for (kind, gdt), (index, columns) in self._group_lists.items()
+            ]
+        return self._groups
 
     def columns(self, rows: npt.NDArray[np.void]) -> list[list[object]]:
         """Each row's values in key order, formatted as JSON text (numbers, null, strings)."""
         count = len(rows)
         if count == 1:
             return [self.row_values(rows.tobytes())]
+        import numpy as np  # noqa: PLC0415 (one row at a time needs none)
+
         table = np.empty((count, len(self.keys)), dtype=object)
         raw = np.ascontiguousarray(rows).view(np.uint8).reshape(count, self.itemsize)
         for kind, gather_dtype, index, columns in self.groups:
@@ -171,6 +194,10 @@ class RowEncoder:
             values.append(json.dumps(_cut_at_nul(row[start:end])))
         return self._in_key_order(values)
 
+    def json_payload(self, row: bytes, stamp: int, time: str) -> bytes:
+        """The flat JSON object of one row given as its bytes (trailing padding may be left out)."""
+        return (self.template % (time, stamp, *self._row_texts(row))).encode()
+
     def json_payloads(
         self, rows: npt.NDArray[np.void], stamps: list[int], times: list[str]
     ) -> list[bytes]:
@@ -210,10 +237,12 @@ class CdrEncoder:
     """
 
     def __init__(self, dtype: np.dtype[np.void]) -> None:
+        import numpy as np  # noqa: PLC0415 (CDR is not the default encoding)
+
         self.itemsize = dtype.itemsize
         leaves = [
-            (np.dtype(dtype_str).kind, offset, size)
-            for name, (dtype_str, offset, size) in _field_layout(dtype).items()
+            (_kind(dtype_str), offset, size)
+            for name, (dtype_str, offset, size) in _field_layout(RowLayout.of(dtype)).items()
             if not _is_padding_key(name)
         ]
         self._leaves = leaves
@@ -239,6 +268,8 @@ class CdrEncoder:
 
     def payloads(self, rows: npt.NDArray[np.void]) -> list[bytes]:
         """One CDR message (with its encapsulation header) per row."""
+        import numpy as np  # noqa: PLC0415 (CDR is not the default encoding)
+
         count = len(rows)
         raw = np.ascontiguousarray(rows).view(np.uint8).reshape(count, self.itemsize)
         if self._has_strings:
@@ -288,7 +319,7 @@ _JSON_TYPES: dict[str, str] = {
 _NOT_FINITE = "null where the logged value is NaN or infinite"
 
 
-def row_json_schema(name: str, dtype: np.dtype[np.void]) -> dict[str, JsonValue]:
+def row_json_schema(name: str, dtype: np.dtype[np.void] | RowLayout) -> dict[str, JsonValue]:
     """A JSON Schema of the JSON sample objects :class:`RowEncoder` builds for ``dtype``.
 
     The same keys in the same order: ``t`` (wall-clock seconds), ``timestamp`` (vehicle time in
@@ -301,9 +332,9 @@ def row_json_schema(name: str, dtype: np.dtype[np.void]) -> dict[str, JsonValue]
         "t": {"type": "number", "description": "wall-clock time of the sample, epoch seconds"},
         TIMESTAMP_FIELD: {"type": "integer", "description": "vehicle time, microseconds"},
     }
-    layout = _field_layout(dtype)
+    layout = _field_layout(RowLayout.of(dtype))
     for key in RowEncoder.keys_of(dtype):
-        kind = np.dtype(layout[key][0]).kind
+        kind = _kind(layout[key][0])
         field: dict[str, JsonValue] = {"type": _JSON_TYPES.get(kind, "integer")}
         if kind == "f":
             field["description"] = _NOT_FINITE
@@ -329,12 +360,30 @@ def json_sample_time(payload: bytes) -> float:
     return float(payload[5 : payload.index(b",", 5)])
 
 
-def _field_layout(dtype: np.dtype[np.void]) -> dict[str, tuple[str, int, int]]:
-    """Each field of a structured dtype: ``name -> (dtype string, offset, itemsize)``."""
-    fields = dtype.fields
-    if fields is None:
-        return {}
-    return {name: (spec[0].str, spec[1], spec[0].itemsize) for name, spec in fields.items()}
+def _field_layout(layout: RowLayout) -> dict[str, tuple[str, int, int]]:
+    """Each field of a row: ``name -> (numpy type string, offset, itemsize)``."""
+    return {
+        name: (type_str, offset, _size(type_str))
+        for name, type_str, offset in zip(layout.names, layout.types, layout.offsets, strict=True)
+    }
+
+
+def _kind(type_str: str) -> str:
+    """The numpy kind of a type string: ``f``, ``u``, ``i``, ``b`` (bool) or ``S``."""
+    code = type_str.lstrip("<>|=")
+    return "b" if code == "?" else code[0]
+
+
+def _size(type_str: str) -> int:
+    """The bytes of a scalar numpy type string (``<f4``: 4, ``?``: 1, ``S6``: 6)."""
+    code = type_str.lstrip("<>|=")
+    return 1 if code == "?" else int(code[1:])
+
+
+def _ordered(type_str: str) -> str:
+    """A type string with its byte order (``<`` for multi-byte types, ``|`` for one byte)."""
+    code = type_str.lstrip("<>|=")
+    return f"|{code}" if code == "?" or _size(code) == 1 else f"<{code}"
 
 
 _STRUCT_CODES: dict[tuple[str, int], str] = {

@@ -29,7 +29,6 @@ import math
 from typing import TYPE_CHECKING
 
 import msgspec
-import numpy as np
 
 from ulogstream.errors import ULogFormatError
 from ulogstream.live.encode import (
@@ -62,14 +61,17 @@ from ulogstream.ulog.events import (
     Parameter,
     Subscription,
     ULogEvent,
+    UndecodedRows,
     Unsubscription,
 )
-from ulogstream.ulog.gps_time import GPS_UTC_TOPICS, first_gps_fix
+from ulogstream.ulog.gps_time import GPS_UTC_TOPICS, first_gps_fix, first_gps_fix_of_payloads
 from ulogstream.ulog.parser import RowSelection
 from ulogstream.ulog.spec import log_level_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+    from ulogstream.ulog.events import RowLayout
 
 
 DEFAULT_ROOT = "ulogstream"
@@ -87,6 +89,14 @@ DEFAULT_RATE_HZ = 10.0
 
 StatusValue = str | int | float | bool | None
 """A value in the ``meta/status`` object."""
+
+
+Rows = DataRows | UndecodedRows
+"""A batch of one topic instance's rows, decoded or not (see :class:`RowSelection`)."""
+
+
+def _row_count(rows: Rows) -> int:
+    return len(rows.payloads) if isinstance(rows, UndecodedRows) else len(rows.rows)
 
 
 class TopicChoice(msgspec.Struct, frozen=True, kw_only=True):
@@ -166,7 +176,7 @@ class _Instance(msgspec.Struct):
     raw_properties: tuple[tuple[str, str], ...]
     raw_size: int
     next_slot: float = -math.inf
-    held: DataRows | None = None
+    held: DataRows | UndecodedRows | None = None
     held_deadline: float = math.inf
 
 
@@ -208,9 +218,10 @@ class PublishPolicy:
             status_interval_s=status_interval_s,
         )
         self._base = f"{settings.root}/{settings.vehicle_id}"
+        self._json_only = settings.encodings == ("json",)
         self.status_topic = f"{self._base}/meta/status"
         """Topic of the retained status object (and of the Last Will)."""
-        self._encoders: dict[tuple[str, np.dtype[np.void]], RowEncoder] = {}
+        self._encoders: dict[tuple[str, RowLayout], RowEncoder] = {}
         self._status: dict[str, StatusValue] = {
             "online": True,
             "state": "waiting",
@@ -234,7 +245,7 @@ class PublishPolicy:
         clock as each log starts, once more on its first GPS fix. Samples' times may jump
         then, backwards too (a companion computer's clock that is off, a replayed flight)."""
         self._json_source: PublishPolicy | None = None
-        self.last_json: tuple[DataRows, int | None, float, list[bytes]] | None = None
+        self.last_json: tuple[Rows, int | None, float, list[bytes]] | None = None
         """The newest JSON encoding: the event, its row (None: all), the time base, payloads."""
         self._reset_log()
 
@@ -326,16 +337,17 @@ class PublishPolicy:
     def rows_for(self, subscription: Subscription) -> RowSelection:
         """The rows of ``subscription`` :meth:`select` can publish (a parser's row selector).
 
-        A capped topic publishes at most the newest row of each batch, so only that one needs
-        decoding; every row at rate 0 and of the GPS topics that anchor the wall clock; none of
-        a topic that is not published. Pass it as ``ULogParser(rows=policy.rows_for)``: what is
-        published stays the same, only ``skipped_samples`` leaves out the rows never decoded.
+        A capped topic publishes at most the newest row of each batch: its batches come
+        undecoded (:class:`UndecodedRows`), and only a row published is decoded (the GPS topics'
+        rows are searched for the first fix from their bytes). Every row at rate 0; none of a
+        topic that is not published. Pass it as ``ULogParser(rows=policy.rows_for)``: what is
+        published stays the same.
         """
         name = subscription.name
         settings = self.settings
         if not settings.publishes(name) or not valid_topic_level(name):
             return RowSelection.NONE
-        if name in GPS_UTC_TOPICS or settings.rate_for(name) == 0:
+        if settings.rate_for(name) == 0:
             return RowSelection.ALL
         return RowSelection.NEWEST
 
@@ -344,8 +356,10 @@ class PublishPolicy:
     def select(self, event: ULogEvent, now: float) -> list[MqttMessage]:
         """The messages ``event`` causes right now (held samples come from :meth:`flush_due`)."""
         match event:
+            case UndecodedRows():
+                return self._data(event, len(event.payloads), now)
             case DataRows():
-                return self._data(event, now)
+                return self._data(event, len(event.rows), now)
             case Subscription():
                 return self._subscribe(event, now)
             case Unsubscription(msg_id):
@@ -400,9 +414,9 @@ class PublishPolicy:
             held = inst.held
             inst.held = None
             inst.held_deadline = math.inf
-            self.skipped_samples += len(held.rows) - 1
+            self.skipped_samples += _row_count(held) - 1
             self._open_slot(inst, now)
-            out.extend(self._encode(inst, held, len(held.rows) - 1))
+            out.extend(self._encode(inst, held, _row_count(held) - 1))
         pending = self._params_pending
         if pending:
             names = list(itertools.islice(pending, PARAMS_PER_FLUSH))
@@ -463,10 +477,10 @@ class PublishPolicy:
             self._excluded.add(sub.msg_id)  # its rows count as skipped samples
             return []
         self._excluded.discard(sub.msg_id)
-        key = (sub.name, sub.dtype)
+        key = (sub.name, sub.layout)
         encoder = self._encoders.get(key)
         if encoder is None:
-            encoder = self._encoders[key] = RowEncoder(sub.dtype)
+            encoder = self._encoders[key] = RowEncoder(sub.layout)
         rate = settings.rate_for(sub.name)
         suffix = f"{sub.name}/{sub.multi_id}"
         self._instances[sub.msg_id] = _Instance(
@@ -480,7 +494,7 @@ class PublishPolicy:
             cdr_encoder=CdrEncoder(sub.dtype) if "cdr" in settings.encodings else None,
             raw_topic=f"{self._base}/ulog/{suffix}",
             raw_properties=(("ulog_format", sub.name), ("ulog_schema", self._schema_topic(sub))),
-            raw_size=sub.dtype.itemsize - self._trailing_padding(sub.name),
+            raw_size=sub.layout.size - self._trailing_padding(sub.name),
         )
         if sub.name in self._schemas_sent:
             return []
@@ -497,10 +511,11 @@ class PublishPolicy:
     def _drop_instance(self, msg_id: int) -> None:
         self._instances.pop(msg_id, None)
 
-    def _data(self, event: DataRows, now: float) -> list[MqttMessage]:
+    def _data(self, event: Rows, count: int, now: float) -> list[MqttMessage]:
+        """A batch of ``count`` rows of one topic instance: publish, hold or pass over."""
         inst = self._instances.get(event.subscription.msg_id)
-        if inst is None or len(event.rows) == 0:
-            self.skipped_samples += len(event.rows)
+        if inst is None or count == 0:
+            self.skipped_samples += count
             return []
         if self._time_source != "gps" and inst.name in GPS_UTC_TOPICS:
             self._gps_anchor(event)
@@ -518,16 +533,16 @@ class PublishPolicy:
                     self._heap, (inst.held_deadline, self._heap_seq, event.subscription.msg_id)
                 )
             else:
-                self.skipped_samples += len(held.rows)
+                self.skipped_samples += _row_count(held)
             inst.held = event
             return []
         if held is not None:
-            self.skipped_samples += len(held.rows)
-        self.skipped_samples += len(event.rows) - 1
+            self.skipped_samples += _row_count(held)
+        self.skipped_samples += count - 1
         inst.held = None
         inst.held_deadline = math.inf
         self._open_slot(inst, now)
-        return self._encode(inst, event, len(event.rows) - 1)
+        return self._encode(inst, event, count - 1)
 
     @staticmethod
     def _open_slot(inst: _Instance, now: float) -> None:
@@ -535,8 +550,43 @@ class PublishPolicy:
         follow = inst.next_slot + inst.period
         inst.next_slot = follow if now < follow else now + inst.period
 
-    def _encode(self, inst: _Instance, event: DataRows, index: int | None) -> list[MqttMessage]:
-        """Messages for row ``index`` of ``event`` (every row when None)."""
+    def _encode(self, inst: _Instance, event: Rows, index: int | None) -> list[MqttMessage]:
+        """Messages for row ``index`` of ``event`` (every row when None).
+
+        Undecoded rows give only their newest row. As JSON alone (the default) it is encoded
+        from its bytes; other encodings decode it with numpy first.
+        """
+        if type(event) is UndecodedRows:
+            if self._json_only:
+                return self._newest_json(inst, event)
+            return self._encode_rows(inst, event.newest(), 0, event)
+        assert type(event) is DataRows  # noqa: S101 (the two kinds of rows)
+        return self._encode_rows(inst, event, index, event)
+
+    def _newest_json(self, inst: _Instance, event: UndecodedRows) -> list[MqttMessage]:
+        """The JSON message of the newest of undecoded rows, without numpy."""
+        stamp = event.timestamp_us
+        offset = self._offset_s
+        if offset is None and self._wall_time is not None:
+            self._anchor(stamp)
+            offset = self._offset_s
+        base = 0.0 if offset is None else offset
+        payloads = self._reused_json(event, 0, base)
+        if payloads is None:
+            time = f"{base + stamp / 1e6:.6f}"
+            payloads = [inst.encoder.json_payload(event.payloads[-1], stamp, time)]
+        self.last_json = (event, 0, base, payloads)
+        self.published_samples += 1
+        return [
+            MqttMessage(
+                inst.json_topic, payloads[0], qos=self.settings.qos, content_type=JSON_CONTENT_TYPE
+            )
+        ]
+
+    def _encode_rows(
+        self, inst: _Instance, event: DataRows, index: int | None, source: Rows
+    ) -> list[MqttMessage]:
+        """:meth:`_encode` of decoded rows; ``source``: the event they came in (for reuse)."""
         if index is None:
             rows, stamps_arr = event.rows, event.timestamps_us
         else:
@@ -553,11 +603,11 @@ class PublishPolicy:
         qos = settings.qos
         out: list[MqttMessage] = []
         if "json" in settings.encodings:
-            payloads = self._reused_json(event, index, base)
+            payloads = self._reused_json(source, index, base)
             if payloads is None:
                 times = [f"{base + s / 1e6:.6f}" for s in stamps]
                 payloads = inst.encoder.json_payloads(rows, stamps, times)
-            self.last_json = (event, index, base, payloads)
+            self.last_json = (source, index, base, payloads)
             topic = inst.json_topic
             out.extend(
                 MqttMessage(topic, p, qos=qos, content_type=JSON_CONTENT_TYPE) for p in payloads
@@ -582,7 +632,7 @@ class PublishPolicy:
                 for p, s in zip(inst.cdr_encoder.payloads(rows), stamps, strict=True)
             )
         if "ulog" in settings.encodings:
-            data = np.ascontiguousarray(rows).tobytes()
+            data = rows.tobytes()  # C order, whatever the array's strides
             size, kept = inst.encoder.itemsize, inst.raw_size
             topic, props = inst.raw_topic, inst.raw_properties
             out.extend(
@@ -592,16 +642,17 @@ class PublishPolicy:
         self.published_samples += len(rows)
         return out
 
-    def sample_of(self, event: DataRows) -> list[MqttMessage]:
+    def sample_of(self, event: Rows) -> list[MqttMessage]:
         """The newest row of ``event`` encoded as :meth:`select` would, outside the rate caps.
 
         For an outlet that sends a quiet topic's newest sample again (a viewer that subscribed
         after it was logged). Nothing when the topic instance is not published.
         """
         inst = self._instances.get(event.subscription.msg_id)
-        if inst is None or len(event.rows) == 0:
+        count = _row_count(event)
+        if inst is None or count == 0:
             return []
-        return self._encode(inst, event, len(event.rows) - 1)
+        return self._encode(inst, event, count - 1)
 
     def reuse_json_of(self, source: PublishPolicy | None) -> None:
         """Take JSON payloads from ``source`` when it has just encoded the same rows (None: off).
@@ -612,7 +663,7 @@ class PublishPolicy:
         """
         self._json_source = source
 
-    def _reused_json(self, event: DataRows, index: int | None, base: float) -> list[bytes] | None:
+    def _reused_json(self, event: Rows, index: int | None, base: float) -> list[bytes] | None:
         """The payloads of row ``index`` of ``event`` (all when None) the source just encoded."""
         source = self._json_source
         last = None if source is None else source.last_json
@@ -630,7 +681,7 @@ class PublishPolicy:
 
     # -- wall clock --------------------------------------------------------------------------
 
-    def observe_time(self, event: DataRows) -> None:
+    def observe_time(self, event: Rows) -> None:
         """Anchor the wall clock on a GPS fix in ``event`` without publishing any of its rows.
 
         For rows another policy publishes (see :func:`chooses_alike`): this policy's logged
@@ -645,8 +696,12 @@ class PublishPolicy:
             self.anchors += 1
             self._set_time_source("receiver")
 
-    def _gps_anchor(self, event: DataRows) -> None:
-        fix = first_gps_fix(event.rows, event.timestamps_us)
+    def _gps_anchor(self, event: Rows) -> None:
+        if type(event) is UndecodedRows:
+            fix = first_gps_fix_of_payloads(event.subscription.layout, event.payloads)
+        else:
+            assert type(event) is DataRows  # noqa: S101 (the two kinds of rows)
+            fix = first_gps_fix(event.rows, event.timestamps_us)
         if fix is not None:
             utc_us, stamp_us = fix
             self._offset_s = (utc_us - stamp_us) / 1e6
@@ -759,7 +814,7 @@ class PublishPolicy:
         formats = _nested_formats(sub.name, self._formats, {})
         fields = _flat_fields(sub.name, self._formats)
         if not fields:  # format unknown: describe the decoded dtype instead
-            fields = [[n, spec[0]] for n, spec in _field_layout(sub.dtype).items()]
+            fields = [[n, spec[0]] for n, spec in _field_layout(sub.layout).items()]
         schema: dict[str, JsonValue] = {
             "name": sub.name,
             "format": formats.get(sub.name),

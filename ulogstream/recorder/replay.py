@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from ulogstream.errors import ConfigError
-from ulogstream.ulog.events import DataRows, FileHeader, LoggedString, ULogEvent
+from ulogstream.ulog.events import DataRows, FileHeader, LoggedString, ULogEvent, UndecodedRows
 from ulogstream.ulog.parser import ULogParser
 
 if TYPE_CHECKING:
@@ -89,7 +89,9 @@ def _event_time_us(event: ULogEvent) -> int | None:
         case DataRows(timestamps_us=stamps) if len(stamps):
             last: int = stamps[-1].item()
             return last
-        case LoggedString(timestamp_us=stamp) | FileHeader(timestamp_us=stamp):
+        case UndecodedRows(timestamp_us=stamp) | LoggedString(timestamp_us=stamp):
+            return stamp
+        case FileHeader(timestamp_us=stamp):
             return stamp
         case _:
             return None

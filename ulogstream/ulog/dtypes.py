@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import msgspec
 
 from ulogstream.errors import ULogFormatError
-from ulogstream.ulog.events import FieldDefinition, FormatDefined
+from ulogstream.ulog.events import FieldDefinition, FormatDefined, RowLayout
 from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ class TimestampField(msgspec.Struct, frozen=True):
     scale: int
 
 
-class CompiledFormat(msgspec.Struct, frozen=True, dict=True):
-    """A format compiled for decoding 'D' payloads.
+class CompiledFormat(RowLayout, frozen=True, dict=True):
+    """A format compiled for decoding 'D' payloads: its flattened :class:`RowLayout` and more.
 
     Attributes:
         names: The flattened field names (pyulog's), padding left out.
@@ -86,27 +86,8 @@ class CompiledFormat(msgspec.Struct, frozen=True, dict=True):
         timestamp: The top-level ``timestamp`` field, or None when there is no usable one.
     """
 
-    names: tuple[str, ...]
-    types: tuple[str, ...]
-    offsets: tuple[int, ...]
-    size: int
     trailing_padding: int
     timestamp: TimestampField | None
-
-    @functools.cached_property
-    def dtype(self) -> np.dtype[np.void]:
-        """Flattened structured dtype, full struct size, padding fields left out (built once)."""
-        import numpy as np  # noqa: PLC0415 (see the module's docstring)
-
-        dtype: np.dtype[np.void] = np.dtype(
-            {
-                "names": list(self.names),
-                "formats": list(self.types),
-                "offsets": list(self.offsets),
-                "itemsize": self.size,
-            }
-        )
-        return dtype
 
 
 def parse_format(text: str, *, offset: int = 0) -> FormatDefined:

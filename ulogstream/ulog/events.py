@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import msgspec
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import numpy as np
     import numpy.typing as npt
 
@@ -82,6 +81,50 @@ class ParameterDefault(msgspec.Struct, frozen=True):
     default_types: int
 
 
+class RowLayout(msgspec.Struct, frozen=True, dict=True):
+    """The flattened fields of a row: what a structured dtype says, without numpy.
+
+    Attributes:
+        names: The flattened field names (pyulog's), padding left out.
+        types: Their numpy type strings (``<f4``, ``u1``, ``?``, ``S6``; byte order optional).
+        offsets: Their byte offsets in the row.
+        size: The full struct size in bytes (``dtype.itemsize``).
+    """
+
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    offsets: tuple[int, ...]
+    size: int
+
+    @functools.cached_property
+    def dtype(self) -> np.dtype[np.void]:
+        """The structured dtype of these fields (numpy imported and the dtype built once)."""
+        import numpy as np  # noqa: PLC0415 (a recorder that decodes no row never loads numpy)
+
+        dtype: np.dtype[np.void] = np.dtype(
+            {
+                "names": list(self.names),
+                "formats": list(self.types),
+                "offsets": list(self.offsets),
+                "itemsize": self.size,
+            }
+        )
+        return dtype
+
+    @classmethod
+    def of(cls, dtype: np.dtype[np.void] | RowLayout) -> RowLayout:
+        """The layout of a structured dtype (a layout as it is)."""
+        if isinstance(dtype, RowLayout):
+            return dtype
+        specs = list((dtype.fields or {}).items())
+        return cls(
+            tuple(name for name, _ in specs),
+            tuple(spec[0].str for _, spec in specs),
+            tuple(spec[1] for _, spec in specs),
+            dtype.itemsize,
+        )
+
+
 class Subscription:
     """'A': topic instance ``(name, multi_id)`` now logged under ``msg_id``.
 
@@ -89,42 +132,44 @@ class Subscription:
     ``arr[i]``, ``nested.sub``, ``nested[i].sub``; ``char[N]`` as one ``S{N}`` field), padding
     left out but its room kept, so ``itemsize`` is the full struct size.
 
-    A frozen value like the other events. The parser passes a function that builds the dtype,
-    called at the first read of :attr:`dtype`: a recorder that decodes no row never builds one
-    (nor imports numpy).
+    A frozen value like the other events. The parser gives the fields as a :class:`RowLayout`,
+    whose dtype is built at the first read of :attr:`dtype`: a recorder that decodes no row,
+    or only through :attr:`layout`, never builds one (nor imports numpy).
     """
 
-    __slots__ = ("_dtype", "msg_id", "multi_id", "name")
+    __slots__ = ("_fields", "msg_id", "multi_id", "name")
     __match_args__ = ("msg_id", "multi_id", "name", "dtype")
 
     msg_id: int
     multi_id: int
     name: str
-    _dtype: np.dtype[np.void] | Callable[[], np.dtype[np.void]]
+    _fields: np.dtype[np.void] | RowLayout
 
     def __init__(
-        self,
-        msg_id: int,
-        multi_id: int,
-        name: str,
-        dtype: np.dtype[np.void] | Callable[[], np.dtype[np.void]],
+        self, msg_id: int, multi_id: int, name: str, dtype: np.dtype[np.void] | RowLayout
     ) -> None:
         for attribute, value in (
             ("msg_id", msg_id),
             ("multi_id", multi_id),
             ("name", name),
-            ("_dtype", dtype),
+            ("_fields", dtype),
         ):
             object.__setattr__(self, attribute, value)
 
     @property
     def dtype(self) -> np.dtype[np.void]:
-        """The flattened dtype (built at the first read when given as a function)."""
-        dtype = self._dtype
-        if callable(dtype):
-            dtype = dtype()
-            object.__setattr__(self, "_dtype", dtype)
-        return dtype
+        """The flattened dtype (built at the first read when given as a layout)."""
+        fields = self._fields
+        return fields.dtype if isinstance(fields, RowLayout) else fields
+
+    @property
+    def layout(self) -> RowLayout:
+        """The flattened fields without numpy (when the parser made this subscription)."""
+        fields = self._fields
+        if not isinstance(fields, RowLayout):
+            fields = RowLayout.of(fields)
+            object.__setattr__(self, "_fields", fields)
+        return fields
 
     def __setattr__(self, name: str, value: object) -> None:
         msg = f"cannot assign to field {name!r}"
@@ -166,6 +211,30 @@ class DataRows(msgspec.Struct, frozen=True):
     subscription: Subscription
     rows: npt.NDArray[np.void]
     timestamps_us: npt.NDArray[np.uint64]
+
+
+class UndecodedRows(msgspec.Struct, frozen=True):
+    """'D' messages of one subscription in one batch, framed and counted but not decoded.
+
+    What the parser emits for a consumer that publishes at most the newest row of a batch (a
+    rate cap): no numpy array is built. Each payload is the message after its msg_id, as
+    logged: the top-level trailing padding may be left out (:meth:`newest` puts it back).
+    ``timestamp_us`` is the newest row's (a ``uint64_t`` timestamp, read from its bytes).
+    """
+
+    subscription: Subscription
+    payloads: list[bytes]
+    timestamp_us: int
+
+    def newest(self) -> DataRows:
+        """The newest row decoded, as :class:`DataRows` (imports numpy)."""
+        import numpy as np  # noqa: PLC0415 (only consumers that need an array load numpy)
+
+        dtype = self.subscription.dtype
+        row = self.payloads[-1]
+        rows: npt.NDArray[np.void] = np.frombuffer(row + bytes(dtype.itemsize - len(row)), dtype)
+        timestamps: npt.NDArray[np.uint64] = np.array([self.timestamp_us], np.uint64)
+        return DataRows(self.subscription, rows, timestamps)
 
 
 class LoggedString(msgspec.Struct, frozen=True):
@@ -243,6 +312,7 @@ ULogEvent = (
     | Subscription
     | Unsubscription
     | DataRows
+    | UndecodedRows
     | LoggedString
     | Sync
     | Dropout

@@ -6,11 +6,18 @@ anchor vehicle time with it, so a log gets the same wall-clock time on MQTT and 
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Final
 
+from ulogstream.ulog.spec import TIMESTAMP_FIELD
+
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
     import numpy.typing as npt
+
+    from ulogstream.ulog.events import RowLayout
 
 GPS_UTC_TOPICS: Final = frozenset({"vehicle_gps_position", "sensor_gps"})
 """uORB topics whose ``time_utc_usec`` (with their ``timestamp``) ties boot time to UTC."""
@@ -47,3 +54,38 @@ def first_gps_fix(
         return None
     first = int(valid[0])
     return int(utc[first]), int(timestamps_us[first])
+
+
+_U64_FROM: Final = struct.Struct("<Q").unpack_from
+_I64_FROM: Final = struct.Struct("<q").unpack_from
+
+
+def first_gps_fix_of_payloads(
+    layout: RowLayout, payloads: Sequence[bytes]
+) -> tuple[int, int] | None:
+    """:func:`first_gps_fix` of rows given as their bytes ('D' payloads), read without numpy.
+
+    Args:
+        layout: The rows' fields; ``timestamp`` a ``uint64_t``.
+        payloads: The rows, in log order.
+
+    Returns:
+        The fix, or None as :func:`first_gps_fix` (also when :data:`GPS_UTC_FIELD` is not a
+        64-bit integer, which it is in every PX4 version).
+    """
+    names = layout.names
+    if GPS_UTC_FIELD not in names or TIMESTAMP_FIELD not in names:
+        return None
+    field = names.index(GPS_UTC_FIELD)
+    code = layout.types[field].lstrip("<>|=")
+    read_utc = _U64_FROM if code == "u8" else _I64_FROM if code == "i8" else None
+    if read_utc is None:
+        return None
+    utc_offset = layout.offsets[field]
+    stamp_offset = layout.offsets[names.index(TIMESTAMP_FIELD)]
+    for payload in payloads:
+        (utc,) = read_utc(payload, utc_offset)
+        if utc >= MIN_PLAUSIBLE_UTC_US:
+            (stamp,) = _U64_FROM(payload, stamp_offset)
+            return int(utc), int(stamp)
+    return None

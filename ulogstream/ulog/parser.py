@@ -3,7 +3,8 @@
 The parser frames messages, decodes definitions, info, parameters and log strings into event
 values, and decodes 'D' payloads with numpy in batches: within one :meth:`ULogParser.
 receive_bytes` call, consecutive 'D' messages are grouped per subscription into one
-:class:`DataRows`, and a batch is closed before any other event so events keep their order.
+:class:`DataRows` (or :class:`UndecodedRows`, see :class:`RowSelection`), and a batch is closed
+before any other event so events keep their order.
 
 Corruption (a message that cannot be valid) is skipped: when the message after it is
 plausible only that message is dropped, otherwise the parser scans forward for the next sync
@@ -44,6 +45,7 @@ from ulogstream.ulog.events import (
     Sync,
     Truncated,
     ULogEvent,
+    UndecodedRows,
     Unsubscription,
 )
 from ulogstream.ulog.events import Dropout as DropoutEvent
@@ -125,10 +127,13 @@ _SCALAR_UNPACK_FROM: Final[dict[str, _UnpackScalar]] = {
 class RowSelection(enum.Enum):
     """Which rows of a subscription the parser decodes (every 'D' message is framed and counted).
 
-    ``ALL`` decodes every row (the default). ``NEWEST`` decodes only the newest row of each
-    batch (the last 'D' message of the subscription in one :meth:`ULogParser.receive_bytes`
-    call): a rate-capped live consumer publishes at most that one. ``NONE`` decodes nothing and
-    emits no :class:`DataRows`: a recorder without live consumers only counts. In both, the
+    ``ALL`` decodes every row (the default). ``NEWEST`` is for a rate-capped live consumer,
+    which publishes at most the newest row of each batch (the last 'D' message of the
+    subscription in one :meth:`ULogParser.receive_bytes` call): a batch becomes one
+    :class:`UndecodedRows` with the payloads as logged, and the consumer decodes what it
+    publishes (a ``timestamp`` of a wrapping type still needs every row: there the newest row
+    comes decoded as :class:`DataRows`). ``NONE`` decodes nothing and emits no rows: a recorder
+    without live consumers only counts. In both, the
     counts of :meth:`ULogParser.topic_counts` still cover every row, and the data timestamp that
     stamps later info, parameter and dropout events is the newest row's rather than the largest
     one of the batch (they differ only where a topic's timestamps go back).
@@ -173,15 +178,6 @@ class TopicCount:
 
 class _BadMessageError(Exception):
     """A framed message whose content cannot be valid (handled as corruption, never escapes)."""
-
-
-def _dtype_of(compiled: CompiledFormat) -> Callable[[], np.dtype[np.void]]:
-    """A function building ``compiled``'s dtype when a subscriber first reads it."""
-
-    def build() -> np.dtype[np.void]:
-        return compiled.dtype
-
-    return build
 
 
 class _Topic:
@@ -705,7 +701,7 @@ class ULogParser:
         return nxt if ok else -1
 
     def _flush(self, events: list[ULogEvent]) -> None:
-        """Count the batched 'D' payloads; decode the chosen rows (one DataRows per msg_id)."""
+        """Count the batched 'D' payloads; decode the chosen rows (one event per msg_id)."""
         batch = self._batch
         if not batch:
             return
@@ -733,39 +729,36 @@ class ULogParser:
                 count.last_timestamp_us = top
                 if top > last:  # noqa: PLR1730 (a builtin call costs more in this loop)
                     last = top
+                if selection is not no_row:  # the consumer decodes the newest row if it needs it
+                    append(UndecodedRows(topic.subscription, parts, top))
+                    decoded += 1
+                continue
+            import numpy as np  # noqa: PLC0415 (not imported until a row is decoded)
+
+            if not topic.plain_timestamp:
+                rows, timestamps, top = self._decode(topic, parts)
+            elif number == 1:  # most batches of a live stream
+                raw = parts[0] + topic.padding
+                rows = np.frombuffer(raw, topic.compiled.dtype)
+                timestamps = rows[TIMESTAMP_FIELD]
+                (top,) = _unpack_u64(raw, topic.timestamp_offset)
+            else:
+                if topic.padding:
+                    parts.append(b"")  # the last row's padding too
+                rows = np.frombuffer(topic.padding.join(parts), topic.compiled.dtype)
+                timestamps = rows[TIMESTAMP_FIELD]
+                # tolist() then max() beats ndarray.max() for the few rows of a live stream
+                top = max(timestamps.tolist()) if number < _FEW_ROWS else int(timestamps.max())
+            if not count.samples:
+                count.first_timestamp_us = int(timestamps[0])
+            count.samples += number
+            count.last_timestamp_us = top
+            if top > last:  # noqa: PLR1730 (a builtin call costs more in this loop)
+                last = top
+            if selection is not every_row:  # a wrapping timestamp: unrolled over every row
                 if selection is no_row:
                     continue
-                import numpy as np  # noqa: PLC0415 (not imported until a row is decoded)
-
-                rows = np.frombuffer(newest + topic.padding, topic.compiled.dtype)
-                timestamps = rows[TIMESTAMP_FIELD]
-            else:
-                import numpy as np  # noqa: PLC0415 (not imported until a row is decoded)
-
-                if not topic.plain_timestamp:
-                    rows, timestamps, top = self._decode(topic, parts)
-                elif number == 1:  # most batches of a live stream
-                    raw = parts[0] + topic.padding
-                    rows = np.frombuffer(raw, topic.compiled.dtype)
-                    timestamps = rows[TIMESTAMP_FIELD]
-                    (top,) = _unpack_u64(raw, topic.timestamp_offset)
-                else:
-                    if topic.padding:
-                        parts.append(b"")  # the last row's padding too
-                    rows = np.frombuffer(topic.padding.join(parts), topic.compiled.dtype)
-                    timestamps = rows[TIMESTAMP_FIELD]
-                    # tolist() then max() beats ndarray.max() for the few rows of a live stream
-                    top = max(timestamps.tolist()) if number < _FEW_ROWS else int(timestamps.max())
-                if not count.samples:
-                    count.first_timestamp_us = int(timestamps[0])
-                count.samples += number
-                count.last_timestamp_us = top
-                if top > last:  # noqa: PLR1730 (a builtin call costs more in this loop)
-                    last = top
-                if selection is not every_row:  # a wrapping timestamp: unrolled over every row
-                    if selection is no_row:
-                        continue
-                    rows, timestamps = rows[-1:], timestamps[-1:]
+                rows, timestamps = rows[-1:], timestamps[-1:]
             append(DataRows(topic.subscription, rows, timestamps))
             decoded += len(rows)
         self.decoded_rows = decoded
@@ -941,7 +934,7 @@ class ULogParser:
         if compiled.timestamp is None:
             text = f"topic {name!r} has no integer 'timestamp' field; its timestamps read as 0"
             events.append(ParserWarning(offset, text))
-        subscription = Subscription(msg_id, multi_id, name, _dtype_of(compiled))
+        subscription = Subscription(msg_id, multi_id, name, compiled)
         topic = _Topic(subscription, compiled, self._select_rows(subscription))
         self._counts.append(topic.count)
         self._topics[msg_id] = topic
