@@ -63,29 +63,70 @@ def float32_value(bits: int) -> float:
 
 def float32_json(bits: int) -> str:
     """The JSON text of the float32 with these bits (see the module's docstring)."""
-    if bits & _EXPONENT_MASK == _EXPONENT_MASK:
-        return "null"  # NaN or an infinity
-    magnitude = bits & ~_SIGN_BIT
+    biased = bits >> 23 & 0xFF
+    if biased == 0xFF:  # noqa: PLR2004 (all ones: NaN or an infinity)
+        return "null"
     sign = "-" if bits & _SIGN_BIT else ""
-    if not magnitude:
+    mantissa = bits & _MANTISSA_MASK
+    if 1 < biased and mantissa:  # noqa: SIM300 (a normal float32, not a power of two: most)
+        digits, exponent = _normal_digits(mantissa | 1 << 23, biased)
+    elif biased or mantissa:
+        digits, exponent = _edge_digits(bits & ~_SIGN_BIT)
+    else:
         return sign + "0.0"
-    digits, exponent = _shortest_digits(magnitude)
-    if _POSITIONAL_LOW_BITS <= magnitude < _POSITIONAL_HIGH_BITS:
+    if _POSITIONAL_LOW_BITS <= bits & ~_SIGN_BIT < _POSITIONAL_HIGH_BITS:
         return sign + _positional(digits, exponent)
     head = digits if len(digits) == 1 else f"{digits[0]}.{digits[1:]}"
     return f"{sign}{head}e{exponent:+03d}"
 
 
-def _shortest_digits(bits: int) -> tuple[str, int]:
-    """The shortest digits that read back as this positive float32, and the first's exponent.
+def _normal_digits(mantissa: int, biased: int) -> tuple[str, int]:
+    """The shortest digits that read back as this float32, and the first one's exponent.
 
-    Exact integer arithmetic: the value is ``mantissa * 2**power``, that is ``exact`` units of
-    ``10**-scale``. A decimal reads back when it is less than half a gap (``gap`` units) from
-    the value, or just half a gap when the mantissa is even (round half to even); a power of two
-    has half the gap below it. Of the two decimals of a length around the value, the nearer one
-    that reads back is taken. If no decimal of ``n`` digits reads back, none shorter does; nine
-    digits always do, and most values of a log need seven or eight: lengths are tried from
-    eight down.
+    Exact integer arithmetic: the value is ``mantissa * 2**(biased - 150)``, that is
+    ``exact = mantissa * gap`` units of ``10**-scale``, where ``gap`` is the distance to each
+    neighbouring float32. A decimal reads back when it is less than half a gap from the value,
+    or just half a gap when the mantissa is even (round half to even). The nearest decimal of
+    a length reads back if any of that length does (the gaps are equal on both sides: powers
+    of two go to :func:`_edge_digits`). If none of ``n`` digits does, none shorter does, and
+    nine always do: most values of a log need seven or eight, so lengths are tried from eight
+    down.
+    """
+    gap, scale, length, ten = _EXACT[biased]
+    exact = mantissa * gap
+    if exact >= ten:
+        length += 1
+    closed = not mantissa & 1
+    found = 0
+    dropped = length - 8 if length > 8 else 0  # noqa: PLR2004 (eight digits first)
+    while dropped < length:
+        unit = _POWERS_OF_TEN[dropped]
+        kept, rest = divmod(exact, unit)
+        twice = rest << 1
+        if twice > unit or (twice == unit and kept & 1):
+            kept += 1
+            twice = (unit << 1) - twice
+        if twice < gap or (closed and twice == gap):
+            found = kept
+            dropped += 1
+            continue
+        if not found:  # eight digits miss: the nearest nine
+            unit //= 10
+            found = (exact + (unit >> 1)) // unit
+        dropped -= 1
+        break
+    else:
+        dropped -= 1
+    text = str(found)
+    # rounding up may have added a digit (999 -> 1000): the exponent is that of the first
+    return text.rstrip("0"), len(text) + dropped - 1 - scale
+
+
+def _edge_digits(bits: int) -> tuple[str, int]:
+    """:func:`_normal_digits` of a subnormal or a power of two (by a slower, general search).
+
+    A subnormal can need fewer digits than its text's length suggests; a power of two has half
+    the gap below it, so the nearest decimal may miss where the one on the other side fits.
     """
     biased = bits >> 23
     mantissa = bits & _MANTISSA_MASK
@@ -102,7 +143,7 @@ def _shortest_digits(bits: int) -> tuple[str, int]:
     closed = not mantissa & 1
     length = len(str(exact))
     found = exact, 0  # the value itself, when it has fewer digits than tried
-    for dropped in range(length - min(8, length), length):
+    for dropped in range(max(0, length - 9), length):
         unit = _POWERS_OF_TEN[dropped]
         kept, rest = divmod(exact, unit)
         down_error, up_error = below * rest, 2 * (unit - rest)
@@ -112,16 +153,23 @@ def _shortest_digits(bits: int) -> tuple[str, int]:
             found = kept + 1, dropped
         elif down:
             found = kept, dropped
-        elif dropped == length - 8 and length > 8:  # noqa: PLR2004 (eight digits miss: nine)
-            nearest = (exact + unit // 20) // (unit // 10)
-            found = nearest, dropped - 1
-            break
         else:
             break
     kept, dropped = found
     text = str(kept)
-    # rounding up may have added a digit (999 -> 1000): the exponent is that of the first
     return text.rstrip("0") or "0", len(text) + dropped - 1 - scale
+
+
+def _exact_units(biased: int) -> tuple[int, int, int, int]:
+    """A normal exponent's gap in units, the units' scale, and digits of its least value.
+
+    The least value is ``2**23 * gap`` units; the fourth item is the power of ten from which
+    the value has one digit more.
+    """
+    power = biased - 150
+    gap, scale = (1 << power, 0) if power >= 0 else (5**-power, -power)
+    length = len(str(gap << 23))
+    return gap, scale, length, 10**length
 
 
 def _positional(digits: str, exponent: int) -> str:
@@ -132,3 +180,7 @@ def _positional(digits: str, exponent: int) -> str:
     if len(digits) <= whole:
         return digits + "0" * (whole - len(digits)) + ".0"
     return f"{digits[:whole]}.{digits[whole:]}"
+
+
+_EXACT: Final = tuple(_exact_units(max(1, biased)) for biased in range(255))
+""":func:`_exact_units` by biased exponent (normal ones: 1 to 254; 0 is never read)."""
