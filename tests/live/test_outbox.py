@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from ulogstream.live import outbox as outbox_module
 from ulogstream.live.outbox import MqttMessage, Outbox, TokenBucket, is_sample
 
 
@@ -134,6 +135,18 @@ def test_a_topic_no_broker_takes_is_refused_at_once_and_counted() -> None:
     for topic in ("t/#", "t/+/x", "t/nul\0", "t/bell\x07", ""):
         assert not outbox.offer(MqttMessage(topic, b"x"), now=0.0)
     assert (outbox.unpublishable, outbox.pending) == (5, 0)
+    assert not outbox.offer(MqttMessage("t/#", b"x"), now=0.0)  # refused again: not remembered
+    assert outbox.unpublishable == 6
+
+
+def test_valid_topics_are_remembered_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outbox_module, "VALID_TOPICS_KEPT", 4)
+    outbox = Outbox(outbox_size=100, now=0.0)
+    for round_ in range(3):
+        for i in range(10):
+            assert outbox.offer(MqttMessage(f"v/json/t{i}/0", b"{}"), now=round_)
+    assert len(outbox._valid_topics) <= 4
+    assert (outbox.pending, outbox.unpublishable) == (30, 0)
 
 
 def test_a_refused_retained_message_is_not_sent_again_after_a_reconnect() -> None:
