@@ -165,11 +165,7 @@ class Subscription:
     @property
     def layout(self) -> RowLayout:
         """The flattened fields without numpy (when the parser made this subscription)."""
-        fields = self._fields
-        if not isinstance(fields, RowLayout):
-            fields = RowLayout.of(fields)
-            object.__setattr__(self, "_fields", fields)
-        return fields
+        return RowLayout.of(self._fields)
 
     def __setattr__(self, name: str, value: object) -> None:
         msg = f"cannot assign to field {name!r}"
