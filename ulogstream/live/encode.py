@@ -202,9 +202,9 @@ class RowEncoder:
         self, rows: npt.NDArray[np.void], stamps: list[int], times: list[str]
     ) -> list[bytes]:
         """One flat JSON object per row."""
-        template = self.template
         if len(rows) == 1:  # what a rate cap publishes
-            return [(template % (times[0], stamps[0], *self._row_texts(rows.tobytes()))).encode()]
+            return [self.json_payload(rows.tobytes(), stamps[0], times[0])]
+        template = self.template
         return [
             (template % (t, stamp, *values)).encode()
             for t, stamp, values in zip(times, stamps, self.columns(rows), strict=True)

@@ -21,7 +21,6 @@ from typing import Final
 _F32: Final = struct.Struct("<f")
 _U32: Final = struct.Struct("<I")
 
-_EXPONENT_MASK: Final = 0x7F800000
 _MANTISSA_MASK: Final = 0x007FFFFF
 _SIGN_BIT: Final = 0x80000000
 
@@ -31,18 +30,7 @@ POSITIONAL_LOW: Final = 1e-4
 POSITIONAL_HIGH: Final = 1e6
 """Magnitudes from here on are written in scientific form (numpy >= 2.3's float32 cutoff)."""
 
-_POSITIONAL_LOW_BITS: Final = 0x38D1B718
-"""The bits of the least float32 from :data:`POSITIONAL_LOW` on (positive floats order as their
-bits do)."""
-
-_POSITIONAL_HIGH_BITS: Final = 0x49742400
-"""The bits of :data:`POSITIONAL_HIGH`, a float32."""
-
 _POWERS_OF_TEN: Final = tuple(10**n for n in range(120))  # exact values have at most 112 digits
-
-
-FLOAT32_MAX: Final = 3.4028234663852886e38
-"""The largest finite float32."""
 
 
 def float32_bits(value: float) -> int:
@@ -59,6 +47,22 @@ def float32_value(bits: int) -> float:
     """The float32 with these bits, as a Python float (exactly)."""
     (value,) = _F32.unpack(_U32.pack(bits))
     return float(value)
+
+
+def _least_bits_from(bound: float) -> int:
+    """The bits of the least positive float32 that is ``bound`` or more.
+
+    Positive float32 values order as their bits do, so a magnitude's bits compare with these.
+    """
+    bits = float32_bits(bound)
+    return bits if float32_value(bits) >= bound else bits + 1
+
+
+FLOAT32_MAX: Final = float32_value(0x7F7FFFFF)
+"""The largest finite float32."""
+
+_POSITIONAL_LOW_BITS: Final = _least_bits_from(POSITIONAL_LOW)
+_POSITIONAL_HIGH_BITS: Final = _least_bits_from(POSITIONAL_HIGH)
 
 
 def float32_json(bits: int) -> str:

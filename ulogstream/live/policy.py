@@ -414,9 +414,10 @@ class PublishPolicy:
             held = inst.held
             inst.held = None
             inst.held_deadline = math.inf
-            self.skipped_samples += _row_count(held) - 1
+            newest = _row_count(held) - 1
+            self.skipped_samples += newest
             self._open_slot(inst, now)
-            out.extend(self._encode(inst, held, _row_count(held) - 1))
+            out.extend(self._encode(inst, held, newest))
         pending = self._params_pending
         if pending:
             names = list(itertools.islice(pending, PARAMS_PER_FLUSH))
