@@ -6,7 +6,6 @@ as :class:`~ulogstream.errors.ConfigError`; an unknown key is answered with the 
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 import types
 import typing
@@ -262,6 +261,8 @@ def _field_hint(section: str, name: str, source: str) -> object:
 def _suggest(
     word: str, candidates: Iterable[str], *, dotted: bool = False, prefix: str = ""
 ) -> str:
+    import difflib  # noqa: PLC0415 (only a mistyped key needs it)
+
     close = difflib.get_close_matches(word, sorted(candidates), n=1, cutoff=0.6)
     if not close:
         return ""
