@@ -243,6 +243,36 @@ async def test_the_foxglove_view_alone_decodes_what_was_written_within_the_decod
     )
 
 
+@pytest.mark.asyncio
+async def test_a_receive_wake_up_near_the_decode_delay_decodes_in_its_own_turn() -> None:
+    """The decode due soon runs when the loop wakes for datagrams; its timer is then off.
+
+    PX4 sends a clump every 4-5 ms: without this the 10 ms decode timer woke the loop once more
+    for every clump or two (issue 25: 413 wake-ups a second against 256).
+    """
+    foxglove = FoxgloveSink(
+        listen=parse_listen("127.0.0.1:0"), policy=PublishPolicy(vehicle_id="v")
+    )
+    live = daemon.LiveDecoder(status=RecorderStatus(), foxglove=foxglove)
+    written = time.monotonic()
+    live.log_started(0, written)
+    parser = live._parser
+    assert parser is not None
+    live.write(flight_log(1.0, seed=3)[:1000], written)
+    timer = live._decode_timer
+    assert timer is not None
+    early = daemon.DECODE_DELAY_S - daemon.DECODE_EARLY_S
+    live.decode_if_due(live._decode_at - daemon.DECODE_DELAY_S + early / 2)  # too soon
+    assert parser.offset == 0
+    assert not timer.cancelled()
+    live.decode_if_due(live._decode_at - daemon.DECODE_EARLY_S)
+    assert parser.offset > 0  # decoded in this turn
+    assert timer.cancelled()
+    assert live._decode_timer is None
+    live.decode_if_due(time.monotonic() + 1.0)  # nothing waits: nothing to do
+    assert not live._decode_scheduled
+
+
 def test_a_write_larger_than_a_slice_is_cut() -> None:
     """A damaged log's garbage 'message' (up to 64 KiB, written at once) goes in slices."""
     live = daemon.LiveDecoder(status=RecorderStatus())

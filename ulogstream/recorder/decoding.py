@@ -36,6 +36,13 @@ but pushes the arrival-to-publish p99 past 20 ms (``tests/bench/bench_live.py --
 --decode-delay S``)."""
 
 
+DECODE_EARLY_S = 0.006
+"""How much sooner than :data:`DECODE_DELAY_S` a wake-up of the loop for received datagrams
+decodes the backlog (:meth:`LiveDecoder.decode_if_due`), so the decoding needs no wake-up of its
+own. PX4 sends a clump of datagrams every 4-5 ms, so at the 10 ms delay nearly every clump
+starts a pending decode within its window: on a real PX4 with MQTT on this took the loop's
+wake-ups from 413 to 256 a second (``strace -c``)."""
+
 DECODE_SLICE_S = 0.0005
 """Longest piece of decoding and publishing work before the loop serves the link again."""
 
@@ -149,6 +156,10 @@ class LiveDecoder:
         self._pending_events: deque[ULogEvent] = deque()
         """Parser events not yet offered to the publisher (a slice ran out of time)."""
         self._decode_scheduled = False
+        self._decode_timer: asyncio.TimerHandle | None = None
+        """The loop's timer of a delayed decode (:data:`DECODE_DELAY_S`), while it waits."""
+        self._decode_at = 0.0
+        """When that timer fires (``time.monotonic``, the loop's clock)."""
         self._decode_now = 0.0
         """Receive time of the newest backlog chunk: the publish policy's clock for it."""
         self._acked_at = -math.inf
@@ -266,7 +277,8 @@ class LiveDecoder:
             self.drain()
             return
         if delay > 0:
-            loop.call_later(delay, self.decode_backlog)
+            self._decode_at = loop.time() + delay
+            self._decode_timer = loop.call_at(self._decode_at, self.decode_backlog)
         else:
             loop.call_soon(self.decode_backlog)
 
@@ -277,10 +289,22 @@ class LiveDecoder:
         again, so datagrams (and their acks) that arrive meanwhile go first.
         """
         self._decode_scheduled = False
+        self._decode_timer = None
         if self._acks_first(time.monotonic()):
             self._schedule(ACKS_FIRST_S)  # the next acked packet first
         elif not self.decode_some(time.perf_counter() + DECODE_SLICE_S):
             self._schedule()
+
+    def decode_if_due(self, now: float) -> None:
+        """Decode now if a delayed decode is due within :data:`DECODE_EARLY_S` (its timer off).
+
+        Called when the loop woke for received datagrams, after they were handled: the decode
+        that would have woken it again soon runs in this wake-up instead.
+        """
+        timer = self._decode_timer
+        if timer is not None and now >= self._decode_at - DECODE_EARLY_S:
+            timer.cancel()
+            self.decode_backlog()
 
     def drain(self) -> None:
         """Decode everything written so far at once (the end of a log, status counters)."""

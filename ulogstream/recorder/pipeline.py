@@ -187,6 +187,10 @@ class Pipeline:
         """End a stop at once, without waiting for the end of the log (a second Ctrl-C)."""
         self.execute(self.session.abandon(), now)
 
+    def received(self, now: float) -> None:
+        """The loop woke for received datagrams: decode now what would wake it soon (live)."""
+        self.live.decode_if_due(now)
+
     def timer(self, now: float) -> None:
         """Run what is due: session timers, file hand-over, held MQTT samples, a full disk."""
         deadline = self.session.next_deadline()

@@ -584,14 +584,14 @@ class Recorder:
             def handle(data: bytes) -> None:
                 route(data, monotonic())
 
-            await transport.pump(handle, after_burst=self._wake_timer_if_due)
+            await transport.pump(handle, after_burst=self._after_burst)
         else:
             codec = self._codec
             # A serial port wakes the loop once a frame can be whole, not for every piece.
             wake_after = transport.wake_after if isinstance(transport, SerialTransport) else None
             while data := await transport.receive():
                 route(data, monotonic())
-                self._wake_timer_if_due()
+                self._after_burst()
                 if wake_after is not None:
                     wake_after(codec.bytes_wanted())
         msg = f"link {transport.describe()} was closed"
@@ -785,6 +785,13 @@ class Recorder:
         if not self.vehicles:
             deadlines.append(self._next_hello)
         return min(deadlines) if deadlines else None
+
+    def _after_burst(self) -> None:
+        """What received datagrams were handled: due decoding, then the timer loop's deadline."""
+        now = time.monotonic()
+        for pipeline in self.vehicles.values():
+            pipeline.received(now)
+        self._wake_timer_if_due()
 
     def _wake_timer_if_due(self) -> None:
         """Wake the sleeping timer loop if what was just received set an earlier deadline.
