@@ -7,6 +7,7 @@ Against a generated flight whose truth is known, and against pyulog's reading of
 from __future__ import annotations
 
 import math
+import struct
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +20,7 @@ from ulogstream.recorder.backfill import completeness
 from ulogstream.sim.flightlog import UTC_AT_START_US, generate_flight_log
 from ulogstream.ulog.flight import FlightSummarizer, FlightSummary
 from ulogstream.ulog.spec import encode_dropout
+from ulogstream.ulog.writer import ULogWriter
 from ulogstream.upload.info import describe
 
 if TYPE_CHECKING:
@@ -170,3 +172,20 @@ def test_the_dropouts_left_in_a_log_say_how_complete_its_flight_is(tmp_path: Pat
     assert summary.duration_s is not None
     share = 1 - 2.5 / summary.duration_s
     assert completeness(path) == f"the flight's log is {share:.1%} complete, 2.5 s still missing"
+
+
+def test_a_msg_id_subscribed_again_is_read_as_its_new_topic() -> None:
+    """A topic with nothing wanted takes the fold's shortest path; its msg_id reused leaves it."""
+    writer = ULogWriter(timestamp_us=1_000_000)
+    writer.format("other:uint64_t timestamp;float value;")
+    writer.format("battery_status:uint64_t timestamp;float voltage_v;float remaining;")
+    writer.add_logged_message("other", msg_id=3)
+    writer.data(3, struct.pack("<Qf", 2_000_000, 11.0))
+    writer.add_logged_message("battery_status", msg_id=3)  # the same msg_id, now wanted
+    writer.data(3, struct.pack("<Qff", 3_000_000, 15.5, 0.8))
+    writer.data(3, struct.pack("<Qff", 4_000_000, 15.2, 0.7))
+    summarizer = FlightSummarizer()
+    summarizer.feed(writer.getvalue())
+    summary = summarizer.summary()
+    assert summary.min_battery_v == pytest.approx(15.2)
+    assert summary.duration_s == pytest.approx(3.0)

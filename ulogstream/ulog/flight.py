@@ -181,6 +181,9 @@ class FlightSummarizer:
         self.subscriptions: dict[int, tuple[int, _Decoder | None]] = {}
         """Each msg_id's ``uint64`` timestamp offset in its rows (-1: none usable) and the
         decoder of its wanted fields (None: none wanted)."""
+        self._timestamp_only: set[int] = set()
+        """The msg_ids subscribed as ``(0, None)``: PX4's layout, nothing wanted. Most topics
+        are; their rows take the fold's shortest path."""
         self.rows: dict[str, list[Row]] = {}
         self.info: dict[str, object] = {}
         self.first_us: int | None = None
@@ -228,6 +231,7 @@ class FlightSummarizer:
         pos = 0
         view = memoryview(data)
         subscriptions = self.subscriptions
+        timestamp_only = self._timestamp_only
         last = self.last_us
         data_type = MessageType.DATA
         while pos + MESSAGE_HEADER_SIZE <= end:
@@ -239,6 +243,11 @@ class FlightSummarizer:
             if stop > end:
                 break
             if kind == data_type:
+                if msg_id in timestamp_only:
+                    if stamp > last and size >= _DATA_PREFIX_SIZE - MESSAGE_HEADER_SIZE:
+                        last = stamp
+                    pos = stop
+                    continue
                 subscription = subscriptions.get(msg_id)
                 if subscription is not None:
                     offset, decoder = subscription
@@ -305,9 +314,11 @@ class FlightSummarizer:
 
     def _subscribe(self, msg_id: int, multi_id: int, name: str) -> None:
         wanted = FIELDS.get(name, ()) if multi_id == 0 else ()
+        self._timestamp_only.discard(msg_id)  # a msg_id subscribed again is what it says now
         defined = self.formats.get(name)
         if not wanted and defined is not None and defined.fields[:1] == (_LEADING_TIMESTAMP,):
             self.subscriptions[msg_id] = (0, None)  # PX4's layout: nothing to compile
+            self._timestamp_only.add(msg_id)
             return
         try:
             compiled = compile_format(name, self.formats)
