@@ -273,6 +273,31 @@ async def test_a_receive_wake_up_near_the_decode_delay_decodes_in_its_own_turn()
     assert not live._decode_scheduled
 
 
+@pytest.mark.asyncio
+async def test_a_fault_of_the_live_path_in_the_reader_stops_live_decoding_not_the_link(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Decoding runs in the link's reader callback: an outlet's bug must not end the link."""
+    foxglove = FoxgloveSink(
+        listen=parse_listen("127.0.0.1:0"), policy=PublishPolicy(vehicle_id="v")
+    )
+
+    def broken(*_args: object) -> None:
+        msg = "an outlet's bug"
+        raise RuntimeError(msg)
+
+    foxglove.event = broken  # type: ignore[method-assign,assignment]
+    live = daemon.LiveDecoder(status=RecorderStatus(), foxglove=foxglove)
+    live.log_started(0, time.monotonic())
+    live.write(flight_log(1.0, seed=3)[:1000], time.monotonic())
+    live.decode_if_due(live._decode_at)  # raises nothing into the reader
+    assert live._parser is None
+    assert "live decoding stopped for this log (recording goes on)" in caplog.text
+    live.write(b"more of the log", time.monotonic())  # recording goes on: nothing to decode
+    assert not live._decode_backlog
+    assert not live._decode_scheduled
+
+
 def test_a_write_larger_than_a_slice_is_cut() -> None:
     """A damaged log's garbage 'message' (up to 64 KiB, written at once) goes in slices."""
     live = daemon.LiveDecoder(status=RecorderStatus())

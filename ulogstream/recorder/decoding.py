@@ -290,10 +290,20 @@ class LiveDecoder:
         """
         self._decode_scheduled = False
         self._decode_timer = None
-        if self._acks_first(time.monotonic()):
-            self._schedule(ACKS_FIRST_S)  # the next acked packet first
-        elif not self.decode_some(time.perf_counter() + DECODE_SLICE_S):
-            self._schedule()
+        try:
+            if self._acks_first(time.monotonic()):
+                self._schedule(ACKS_FIRST_S)  # the next acked packet first
+            elif not self.decode_some(time.perf_counter() + DECODE_SLICE_S):
+                self._schedule()
+        except Exception:  # a fault of the live path: see below
+            # This runs in the link's reader callback too (decode_if_due), where an exception
+            # would end the link's loop: a fault of the live outlets must not stop recording.
+            # Live decoding ends for this log, as after a parser error; the next log has its own.
+            logger.exception("live decoding stopped for this log (recording goes on)")
+            self._parser = None
+            self._decode_backlog.clear()
+            self._backlog_bytes = 0
+            self._pending_events.clear()
 
     def decode_if_due(self, now: float) -> None:
         """Decode now if a delayed decode is due within :data:`DECODE_EARLY_S` (its timer off).
