@@ -262,10 +262,10 @@ async def test_a_receive_wake_up_near_the_decode_delay_decodes_in_its_own_turn()
     timer = live._decode_timer
     assert timer is not None
     early = daemon.DECODE_DELAY_S - daemon.DECODE_EARLY_S
-    live.decode_if_due(live._decode_at - daemon.DECODE_DELAY_S + early / 2)  # too soon
+    live.decode_if_due(timer.when() - daemon.DECODE_DELAY_S + early / 2)  # too soon
     assert parser.offset == 0
     assert not timer.cancelled()
-    live.decode_if_due(live._decode_at - daemon.DECODE_EARLY_S)
+    live.decode_if_due(timer.when() - daemon.DECODE_EARLY_S)
     assert parser.offset > 0  # decoded in this turn
     assert timer.cancelled()
     assert live._decode_timer is None
@@ -290,7 +290,9 @@ async def test_a_fault_of_the_live_path_in_the_reader_stops_live_decoding_not_th
     live = daemon.LiveDecoder(status=RecorderStatus(), foxglove=foxglove)
     live.log_started(0, time.monotonic())
     live.write(flight_log(1.0, seed=3)[:1000], time.monotonic())
-    live.decode_if_due(live._decode_at)  # raises nothing into the reader
+    timer = live._decode_timer
+    assert timer is not None
+    live.decode_if_due(timer.when())  # raises nothing into the reader
     assert live._parser is None
     assert "live decoding stopped for this log (recording goes on)" in caplog.text
     live.write(b"more of the log", time.monotonic())  # recording goes on: nothing to decode

@@ -15,7 +15,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from ulogstream.live.float_text import FLOAT32_MAX, float32_bits, float32_json, float32_value
-from ulogstream.ulog.events import RowLayout
+from ulogstream.ulog.events import RowLayout, type_code
 from ulogstream.ulog.spec import PADDING_PREFIX, TIMESTAMP_FIELD, TYPE_SIZES
 
 if TYPE_CHECKING:
@@ -96,8 +96,7 @@ class RowEncoder:
         self._group_lists = groups
         self._groups: list[
             tuple[str, np.dtype[np.void], npt.NDArray[np.intp], npt.NDArray[np.intp]]
-        ]
-        self._groups = []
+        ] = []
         key_part = "".join(f",{json.dumps(k).replace('%', '%%')}:%s" for k in self.keys)
         self.template = '{"t":%s,"timestamp":%d' + key_part + "}"
         structs: list[struct.Struct | None] = []
@@ -370,19 +369,19 @@ def _field_layout(layout: RowLayout) -> dict[str, tuple[str, int, int]]:
 
 def _kind(type_str: str) -> str:
     """The numpy kind of a type string: ``f``, ``u``, ``i``, ``b`` (bool) or ``S``."""
-    code = type_str.lstrip("<>|=")
+    code = type_code(type_str)
     return "b" if code == "?" else code[0]
 
 
 def _size(type_str: str) -> int:
     """The bytes of a scalar numpy type string (``<f4``: 4, ``?``: 1, ``S6``: 6)."""
-    code = type_str.lstrip("<>|=")
+    code = type_code(type_str)
     return 1 if code == "?" else int(code[1:])
 
 
 def _ordered(type_str: str) -> str:
     """A type string with its byte order (``<`` for multi-byte types, ``|`` for one byte)."""
-    code = type_str.lstrip("<>|=")
+    code = type_code(type_str)
     return f"|{code}" if code == "?" or _size(code) == 1 else f"<{code}"
 
 

@@ -176,7 +176,7 @@ class _Instance(msgspec.Struct):
     raw_properties: tuple[tuple[str, str], ...]
     raw_size: int
     next_slot: float = -math.inf
-    held: DataRows | UndecodedRows | None = None
+    held: Rows | None = None
     held_deadline: float = math.inf
 
 
@@ -567,11 +567,7 @@ class PublishPolicy:
     def _newest_json(self, inst: _Instance, event: UndecodedRows) -> list[MqttMessage]:
         """The JSON message of the newest of undecoded rows, without numpy."""
         stamp = event.timestamp_us
-        offset = self._offset_s
-        if offset is None and self._wall_time is not None:
-            self._anchor(stamp)
-            offset = self._offset_s
-        base = 0.0 if offset is None else offset
+        base = self._time_base(stamp)
         payloads = self._reused_json(event, 0, base)
         if payloads is None:
             time = f"{base + stamp / 1e6:.6f}"
@@ -595,11 +591,7 @@ class PublishPolicy:
         if len(rows) == 0:
             return []
         stamps: list[int] = stamps_arr.tolist()
-        offset = self._offset_s
-        if offset is None and self._wall_time is not None:
-            self._anchor(stamps[0])
-            offset = self._offset_s
-        base = 0.0 if offset is None else offset
+        base = self._time_base(stamps[0])
         settings = self.settings
         qos = settings.qos
         out: list[MqttMessage] = []
@@ -690,6 +682,16 @@ class PublishPolicy:
         """
         if self._time_source != "gps" and event.subscription.name in GPS_UTC_TOPICS:
             self._gps_anchor(event)
+
+    def _time_base(self, timestamp_us: int) -> float:
+        """Seconds from vehicle time to a sample's ``t`` (0.0 without a wall clock).
+
+        Not anchored yet, it anchors on ``timestamp_us``, the receiver's clock for it.
+        """
+        if self._offset_s is None:
+            self._anchor(timestamp_us)
+        offset = self._offset_s
+        return 0.0 if offset is None else offset
 
     def _anchor(self, timestamp_us: int) -> None:
         if self._wall_time is not None:

@@ -158,8 +158,6 @@ class LiveDecoder:
         self._decode_scheduled = False
         self._decode_timer: asyncio.TimerHandle | None = None
         """The loop's timer of a delayed decode (:data:`DECODE_DELAY_S`), while it waits."""
-        self._decode_at = 0.0
-        """When that timer fires (``time.monotonic``, the loop's clock)."""
         self._decode_now = 0.0
         """Receive time of the newest backlog chunk: the publish policy's clock for it."""
         self._acked_at = -math.inf
@@ -277,8 +275,7 @@ class LiveDecoder:
             self.drain()
             return
         if delay > 0:
-            self._decode_at = loop.time() + delay
-            self._decode_timer = loop.call_at(self._decode_at, self.decode_backlog)
+            self._decode_timer = loop.call_later(delay, self.decode_backlog)
         else:
             loop.call_soon(self.decode_backlog)
 
@@ -300,7 +297,7 @@ class LiveDecoder:
             # would end the link's loop: a fault of the live outlets must not stop recording.
             # Live decoding ends for this log, as after a parser error; the next log has its own.
             logger.exception("live decoding stopped for this log (recording goes on)")
-            self._parser = None
+            self._end_parser()
             self._decode_backlog.clear()
             self._backlog_bytes = 0
             self._pending_events.clear()
@@ -312,7 +309,7 @@ class LiveDecoder:
         that would have woken it again soon runs in this wake-up instead.
         """
         timer = self._decode_timer
-        if timer is not None and now >= self._decode_at - DECODE_EARLY_S:
+        if timer is not None and now >= timer.when() - DECODE_EARLY_S:  # the loop's clock
             timer.cancel()
             self.decode_backlog()
 
@@ -337,9 +334,7 @@ class LiveDecoder:
                 events = parser.receive_bytes(chunk)
             except ULogFormatError as err:
                 # Keep recording: the file is the truth; only live decoding stops for this log.
-                self.count()
-                self._rows_decoded += parser.decoded_rows
-                self._parser = None
+                self._end_parser()
                 self.status.parser_errors += 1
                 logger.error("live decoding stopped for this log: %s (recording goes on)", err)  # noqa: TRY400 (one line, no traceback: the input is bad, not the code)
                 continue
@@ -349,6 +344,14 @@ class LiveDecoder:
             self._slice_bytes = next_slice_bytes(self._slice_bytes, finished - started)
             if finished >= deadline:
                 return not self._pending_events and not self._decode_backlog
+
+    def _end_parser(self) -> None:
+        """Live decoding ends for this log; what the parser framed stays counted."""
+        parser = self._parser
+        if parser is not None:
+            self.count()
+            self._rows_decoded += parser.decoded_rows
+            self._parser = None
 
     def _take_slice(self) -> bytes:
         """The oldest written bytes, at most ``_slice_bytes``.

@@ -81,6 +81,11 @@ class ParameterDefault(msgspec.Struct, frozen=True):
     default_types: int
 
 
+def type_code(type_str: str) -> str:
+    """A numpy type string of :attr:`RowLayout.types` without its byte order (``<f4``: ``f4``)."""
+    return type_str.lstrip("<>|=")
+
+
 class RowLayout(msgspec.Struct, frozen=True, dict=True):
     """The flattened fields of a row: what a structured dtype says, without numpy.
 

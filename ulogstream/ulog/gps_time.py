@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Final
 
+from ulogstream.ulog.events import type_code
 from ulogstream.ulog.spec import TIMESTAMP_FIELD
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def first_gps_fix_of_payloads(
     if GPS_UTC_FIELD not in names or TIMESTAMP_FIELD not in names:
         return None
     field = names.index(GPS_UTC_FIELD)
-    code = layout.types[field].lstrip("<>|=")
+    code = type_code(layout.types[field])
     read_utc = _U64_FROM if code == "u8" else _I64_FROM if code == "i8" else None
     if read_utc is None:
         return None

@@ -133,10 +133,10 @@ class RowSelection(enum.Enum):
     :class:`UndecodedRows` with the payloads as logged, and the consumer decodes what it
     publishes (a ``timestamp`` of a wrapping type still needs every row: there the newest row
     comes decoded as :class:`DataRows`). ``NONE`` decodes nothing and emits no rows: a recorder
-    without live consumers only counts. In both, the
-    counts of :meth:`ULogParser.topic_counts` still cover every row, and the data timestamp that
-    stamps later info, parameter and dropout events is the newest row's rather than the largest
-    one of the batch (they differ only where a topic's timestamps go back).
+    without live consumers only counts. In both, the counts of :meth:`ULogParser.topic_counts`
+    still cover every row, and the data timestamp that stamps later info, parameter and dropout
+    events is the newest row's rather than the largest one of the batch (they differ only where
+    a topic's timestamps go back).
     """
 
     ALL = "all"
