@@ -114,7 +114,11 @@ def test_every_byte_arrives_exactly_once_despite_loss(
     log = _log(size, seed)
     lose = random.Random(seed)  # noqa: S311 (test data)
     vehicle = ModelVehicle(log, lose=lose, loss=loss, latency=latency)
-    transfer = LogTransfer(log_id=0, size=size)
+    # At 30 % loss a one-chunk hole's LOG_DATA is lost REQUEST_TRIES (5) times in a row with
+    # 0.3**5 = 0.24 %, and the transfer then gives up as it should (the silent-vehicle test):
+    # across the examples that made this test fail now and then (CI, 2026-11-28: size 26551,
+    # seed 4354). With 20 tries (0.3**20: 3.5e-11) the holes always close.
+    transfer = LogTransfer(log_id=0, size=size, tries=20)
     file = bytearray(size)
     assert run(transfer, vehicle, file) == [TransferDone(size)]
     assert bytes(file) == log  # file starts zeroed: each byte was written exactly once
