@@ -115,9 +115,9 @@ def test_every_byte_arrives_exactly_once_despite_loss(
     lose = random.Random(seed)  # noqa: S311 (test data)
     vehicle = ModelVehicle(log, lose=lose, loss=loss, latency=latency)
     # At 30 % loss a one-chunk hole's LOG_DATA is lost REQUEST_TRIES (5) times in a row with
-    # 0.3**5 = 0.24 %, and the transfer then gives up as it should (the silent-vehicle test):
-    # across the examples that made this test fail now and then (CI, 2026-11-28: size 26551,
-    # seed 4354). With 20 tries (0.3**20: 3.5e-11) the holes always close.
+    # 0.3**5 = 0.24 %, and the transfer then gives up as it should (the silent-vehicle test).
+    # Over many examples that happened now and then (CI, 2026-11-28: size 26551, seed 4354).
+    # With 20 tries (0.3**20: 3.5e-11) every hole closes.
     transfer = LogTransfer(log_id=0, size=size, tries=20)
     file = bytearray(size)
     assert run(transfer, vehicle, file) == [TransferDone(size)]
