@@ -2,8 +2,8 @@
 
 A real :class:`FoxgloveSink` (foxglove-sdk's server behind the front) fed a log our writer makes,
 event by event, with Foxglove's own protocol client (``tests/node/foxglove_client.mjs``) as the
-viewers: one connected before anything is advertised, one that subscribes after a quiet topic's
-only sample was logged.
+viewers: connected before anything is advertised, or subscribing after a quiet topic's only
+sample was logged.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import os
 import socket
 import struct
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
 from support.foxglove_viewer import Viewer, node_client_installed
 from support.waiting import wait_until
 
-from ulogstream.adapters.foxglove_sink import QUIET_NS, FoxgloveSink
+from ulogstream.adapters.foxglove_sink import QUIET_NS, VIEWERS_GRACE_S, FoxgloveSink
 from ulogstream.config.sections import FoxgloveSettings
 from ulogstream.recorder.wiring import foxglove_view
 from ulogstream.ulog.parser import ULogParser
@@ -85,9 +86,10 @@ def test_first_rows_wait_for_the_first_viewer_and_quiet_topics_reach_a_late_one(
         while not first.messages("/quiet_cmd"):  # the sink learns of subscriptions as events come
             assert fed < 20, "the first viewer never got the quiet topic's row"
             time.sleep(0.2)
-            now += 0.001
+            now += 0.2  # the kept rows go out VIEWERS_GRACE_S after the first subscription
             sink.event(rest[fed], now)
             fed += 1
+        assert fed * 0.2 > VIEWERS_GRACE_S
         late = Viewer(sink.url)
         wait_until(lambda: len(late.of_kind("advertise")) >= 4, what="the late viewer subscribed")
         time.sleep(0.5)  # its subscriptions reach the server
@@ -110,6 +112,48 @@ def test_first_rows_wait_for_the_first_viewer_and_quiet_topics_reach_a_late_one(
     values = [m["data"]["value"] for m in first.messages("/active")]  # type: ignore[index]
     assert values == [float(i) for i in range(ACTIVE_ROWS)]
     assert ACTIVE_ROWS * 10_000_000 > 2 * QUIET_NS  # the run is long enough to tell
+
+
+def test_viewers_connected_as_a_log_starts_each_get_every_row(sink: FoxgloveSink) -> None:
+    """Two viewers subscribe to a new channel moments apart: the rows kept for it reach both.
+
+    The SDK logs a message to the viewers subscribed at that moment; the kept rows used to go
+    at the first subscription, so the second viewer missed each topic's first rows.
+    """
+    slow = VIEWERS_GRACE_S / 3  # a viewer that sets up its panels before it subscribes
+    viewers = [
+        Viewer(sink.url),
+        Viewer(sink.url, ("foxglove.websocket.v1",), subscribe_delay_s=slow),
+    ]
+    try:
+        for viewer in viewers:
+            wait_until(partial(_opened, viewer), what="a viewer connected")
+        head, rest = events()
+        sink.policy.log_started(wall_time=1_700_000_000.0, now=time.monotonic())
+        for event in head:  # advertised and logged before the viewers can subscribe
+            sink.event(event, time.monotonic())
+        for event in rest:  # the rows stream in over about two grace periods, as PX4 sends them
+            time.sleep(2 * VIEWERS_GRACE_S / len(rest))
+            sink.event(event, time.monotonic())
+        for viewer in viewers:
+            wait_until(partial(_has_every_active_row, viewer), what="every active row, each viewer")
+    finally:
+        for viewer in viewers:
+            viewer.close()
+    for viewer in viewers:
+        (quiet,) = viewer.messages("/quiet_cmd")  # logged before anyone subscribed
+        assert quiet["data"]["command"] == 176  # type: ignore[index]
+        values = [m["data"]["value"] for m in viewer.messages("/active")]  # type: ignore[index]
+        assert values == [float(i) for i in range(ACTIVE_ROWS)]  # each once, in order
+    assert sink.counters()["foxglove_resent"] == 0
+
+
+def _opened(viewer: Viewer) -> bool:
+    return bool(viewer.of_kind("open"))
+
+
+def _has_every_active_row(viewer: Viewer) -> bool:
+    return len(viewer.messages("/active")) >= ACTIVE_ROWS
 
 
 def test_a_viewer_that_falls_behind_is_one_warning_and_counted(

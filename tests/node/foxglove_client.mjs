@@ -16,6 +16,8 @@
 //   {"kind":"time","time":"<ns>"}     (the server's time, with its "time" capability)
 //   {"kind":"close"}
 // Lines read from stdin are commands: "params" asks for every parameter, "quit" closes.
+// SUBSCRIBE_DELAY_MS in the environment: subscribe that long after each advertisement, as a
+// viewer that sets up heavier panels first does.
 import { createRequire } from "node:module";
 import { createInterface } from "node:readline";
 
@@ -37,6 +39,7 @@ const subprotocols = process.argv[3]
   ? process.argv[3].split(",")
   : ["foxglove.sdk.v1", FoxgloveClient.SUPPORTED_SUBPROTOCOL];
 const ros2Only = process.argv[4] === "ros2-only";
+const subscribeDelayMs = Number(process.env.SUBSCRIBE_DELAY_MS ?? 0);
 const ws = new WebSocket(url, subprotocols);
 const readers = new Map(); // subscription id -> CDR MessageReader
 const client = new FoxgloveClient({ ws });
@@ -68,10 +71,17 @@ client.on("advertise", (channels) => {
     if (ros2Only && !(channel.encoding === "cdr" && channel.schemaEncoding === "ros2msg")) {
       continue; // what PlotJuggler leaves out
     }
-    const id = client.subscribe(channel.id);
-    topics.set(id, channel.topic);
-    if (channel.encoding === "cdr") {
-      readers.set(id, new MessageReader(parse(channel.schema, { ros2: true })));
+    const subscribe = () => {
+      const id = client.subscribe(channel.id);
+      topics.set(id, channel.topic);
+      if (channel.encoding === "cdr") {
+        readers.set(id, new MessageReader(parse(channel.schema, { ros2: true })));
+      }
+    };
+    if (subscribeDelayMs > 0) {
+      setTimeout(subscribe, subscribeDelayMs);
+    } else {
+      subscribe();
     }
   }
 });

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -46,6 +47,7 @@ class Viewer:
         subprotocols: tuple[str, ...] = ("foxglove.sdk.v1", "foxglove.websocket.v1"),
         *,
         ros2_only: bool = False,
+        subscribe_delay_s: float = 0.0,
     ) -> None:
         node = shutil.which("node")
         assert node is not None
@@ -56,6 +58,7 @@ class Viewer:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            env={**os.environ, "SUBSCRIBE_DELAY_MS": str(round(subscribe_delay_s * 1000))},
         )
         self.lines: list[dict[str, object]] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -154,6 +154,16 @@ reach nobody, so a connected viewer would miss each topic's first rows. While a 
 connected they are kept, and sent when the first subscription arrives, or dropped after this
 long (the viewers do not want that topic)."""
 
+VIEWERS_GRACE_S: Final = 0.5
+"""How long a new channel's kept samples wait after its first subscription (monotonic seconds).
+
+The SDK logs a sample to the viewers subscribed at that moment. Two viewers connected as a log
+starts (Foxglove on a laptop and a browser on a tablet, say) subscribe to its new channels some
+milliseconds apart, and the kept samples, sent at the first subscription, reached the first
+viewer only: the second missed up to a second of each topic. Sent this long after the first
+subscription, they reach every viewer that subscribed by then; the first viewer's plot starts
+this much later, once a log."""
+
 PENDING_BUDGET: Final = 4 << 20
 """Bytes of samples kept for new channels at most (all of them together)."""
 
@@ -250,6 +260,7 @@ class _Instance:
         "pending",
         "rows_events",
         "shared",
+        "subscribed_at",
     )
 
     def __init__(
@@ -274,6 +285,9 @@ class _Instance:
         """Samples kept until a viewer's subscription reaches the new channel (None: no more,
         or no viewer was connected to subscribe)."""
         self.advertised_at = now
+        self.subscribed_at: float | None = None
+        """When the channel's first subscription was seen (its kept samples go out
+        :data:`VIEWERS_GRACE_S` later)."""
         self.first_served = False
         """Its kept samples went to the channel's first subscription: nothing to catch up."""
         self.newest: Rows | None = None
@@ -282,10 +296,15 @@ class _Instance:
         """Rows events seen: unchanged for a while after a subscription means a quiet topic."""
 
     def readvertised(self, channel: foxglove.Channel, now: float) -> None:
-        """A new channel for this instance: its first samples wait for the viewer again."""
+        """A new channel for this instance: its first samples wait for the viewer again.
+
+        Samples still kept for the old channel (its subscription failed) stay kept for this one.
+        """
         self.channel = channel
-        self.pending = []
+        if self.pending is None:
+            self.pending = []
         self.advertised_at = now
+        self.subscribed_at = None
 
 
 class FoxgloveSink:
@@ -358,6 +377,8 @@ class FoxgloveSink:
         self._now = 0.0
         """The monotonic time of the newest event."""
         self._pending_bytes = 0
+        self._in_grace: set[_Instance] = set()
+        """Instances subscribed to whose kept samples wait for :data:`VIEWERS_GRACE_S`."""
         self._subscribed: set[int] = set()
         self._quiet_watch: dict[int, tuple[int, int]] = {}
         """Subscribed channel id -> (its instance's rows events, server time) at subscription."""
@@ -457,7 +478,7 @@ class FoxgloveSink:
     def event(self, event: ULogEvent, now: float, shared: Sequence[MqttMessage] = ()) -> None:
         """Send what one event causes; ``shared``: what the followed MQTT policy made of it."""
         self._now = now
-        if self._subscribed or self._quiet_watch:
+        if self._subscribed or self._in_grace or self._quiet_watch:
             self._catch_up()
         if isinstance(event, UndecodedRows | DataRows):  # the most frequent: the shortest path
             instance = self._by_msg_id.get(event.subscription.msg_id)
@@ -511,9 +532,10 @@ class FoxgloveSink:
         channel = instance.channel
         pending = instance.pending
         if pending is not None:
+            now = self._now
             if not channel.has_sinks():
                 if (
-                    self._now - instance.advertised_at < PENDING_S
+                    now - instance.advertised_at < PENDING_S
                     and self._pending_bytes < PENDING_BUDGET
                 ):
                     pending.append((payload, time_ns))
@@ -521,7 +543,18 @@ class FoxgloveSink:
                     return
                 self._pending_bytes -= sum(len(early) for early, _ in pending)
                 instance.pending = None  # nobody subscribed in time: no more kept
-            else:  # subscribed: its on_subscribe comes to _catch_up later, and is not watched
+            else:
+                if instance.subscribed_at is None:  # before its on_subscribe reached _catch_up
+                    instance.subscribed_at = now
+                    self._in_grace.add(instance)
+                if (
+                    now - instance.subscribed_at < VIEWERS_GRACE_S
+                    and self._pending_bytes < PENDING_BUDGET
+                ):
+                    pending.append((payload, time_ns))  # behind the kept ones, in order
+                    self._pending_bytes += len(payload)
+                    return
+                # its on_subscribe may still be on its way to _catch_up: not a late viewer
                 self._flush_pending(instance)
                 instance.first_served = True
         channel.log(payload, log_time=time_ns)
@@ -535,21 +568,31 @@ class FoxgloveSink:
         self.sent += len(pending)
         self._pending_bytes -= sum(len(early) for early, _ in pending)
         instance.pending = None
+        self._in_grace.discard(instance)
 
     def _catch_up(self) -> None:
-        """Send the newest sample of each topic that stayed quiet after a viewer subscribed."""
+        """Send kept samples whose grace is over, and quiet topics' newest to late viewers."""
+        now = self._now
         for channel_id in list(self._subscribed):
             self._subscribed.discard(channel_id)
             instance = self._instance_of(channel_id)
             if instance is None:
                 continue
-            if instance.pending is not None:  # its first subscription: the kept samples go to it
-                self._flush_pending(instance)
+            if instance.pending is not None:  # subscribed within the grace: kept samples go to it
+                if instance.subscribed_at is None:
+                    instance.subscribed_at = now
+                    self._in_grace.add(instance)
                 continue
             if instance.first_served:
                 instance.first_served = False  # this was that first subscription
                 continue
             self._quiet_watch[channel_id] = (instance.rows_events, self._clock_ns)
+        for instance in list(self._in_grace):
+            subscribed_at = instance.subscribed_at
+            if subscribed_at is None or instance.pending is None:  # advertised again since
+                self._in_grace.discard(instance)
+            elif now - subscribed_at >= VIEWERS_GRACE_S:
+                self._flush_pending(instance)
         for channel_id, (events, since_ns) in list(self._quiet_watch.items()):
             if self._clock_ns - since_ns < QUIET_NS:
                 continue
