@@ -199,7 +199,9 @@ def test_the_plot_has_every_point_at_its_samples_own_time(seen: Seen) -> None:
     for row, stamp_ns in zip(rows, stamps_ns, strict=True):
         stamp_us = round((stamp_ns - offset) / 1000)
         near = [recorded.get(stamp_us + d) for d in (-1, 0, 1)]  # t has microseconds
-        assert float32(row["value"]) in near, (row, stamp_us)
+        # On failure: where the value was recorded (an offset off, or a row never recorded?).
+        where = by_value.get(float32(row["value"]), [])
+        assert float32(row["value"]) in near, (row, stamp_us, offset, where[:5])
     # The offset is the flight's GPS time (2024), far from this machine's clock.
     assert abs(offset / 1e9 - time.time()) > 86_400
 
