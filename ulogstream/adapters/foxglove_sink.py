@@ -260,7 +260,6 @@ class _Instance:
         "pending",
         "rows_events",
         "shared",
-        "subscribed_at",
     )
 
     def __init__(
@@ -285,9 +284,6 @@ class _Instance:
         """Samples kept until a viewer's subscription reaches the new channel (None: no more,
         or no viewer was connected to subscribe)."""
         self.advertised_at = now
-        self.subscribed_at: float | None = None
-        """When the channel's first subscription was seen (its kept samples go out
-        :data:`VIEWERS_GRACE_S` later)."""
         self.first_served = False
         """Its kept samples went to the channel's first subscription: nothing to catch up."""
         self.newest: Rows | None = None
@@ -304,7 +300,6 @@ class _Instance:
         if self.pending is None:
             self.pending = []
         self.advertised_at = now
-        self.subscribed_at = None
 
 
 class FoxgloveSink:
@@ -377,8 +372,9 @@ class FoxgloveSink:
         self._now = 0.0
         """The monotonic time of the newest event."""
         self._pending_bytes = 0
-        self._in_grace: set[_Instance] = set()
-        """Instances subscribed to whose kept samples wait for :data:`VIEWERS_GRACE_S`."""
+        self._in_grace: dict[_Instance, float] = {}
+        """Instances with kept samples and a subscription -> when the first subscription was
+        seen: the samples go out :data:`VIEWERS_GRACE_S` later."""
         self._subscribed: set[int] = set()
         self._quiet_watch: dict[int, tuple[int, int]] = {}
         """Subscribed channel id -> (its instance's rows events, server time) at subscription."""
@@ -542,15 +538,12 @@ class FoxgloveSink:
                     self._pending_bytes += len(payload)
                     return
                 self._pending_bytes -= sum(len(early) for early, _ in pending)
-                instance.pending = None  # nobody subscribed in time: no more kept
+                instance.pending = None  # nobody subscribed in time (or left): no more kept
+                self._in_grace.pop(instance, None)
             else:
-                if instance.subscribed_at is None:  # before its on_subscribe reached _catch_up
-                    instance.subscribed_at = now
-                    self._in_grace.add(instance)
-                if (
-                    now - instance.subscribed_at < VIEWERS_GRACE_S
-                    and self._pending_bytes < PENDING_BUDGET
-                ):
+                # Seen here first when its on_subscribe has not reached _catch_up yet.
+                subscribed_at = self._in_grace.setdefault(instance, now)
+                if now - subscribed_at < VIEWERS_GRACE_S and self._pending_bytes < PENDING_BUDGET:
                     pending.append((payload, time_ns))  # behind the kept ones, in order
                     self._pending_bytes += len(payload)
                     return
@@ -568,7 +561,7 @@ class FoxgloveSink:
         self.sent += len(pending)
         self._pending_bytes -= sum(len(early) for early, _ in pending)
         instance.pending = None
-        self._in_grace.discard(instance)
+        self._in_grace.pop(instance, None)
 
     def _catch_up(self) -> None:
         """Send kept samples whose grace is over, and quiet topics' newest to late viewers."""
@@ -579,19 +572,14 @@ class FoxgloveSink:
             if instance is None:
                 continue
             if instance.pending is not None:  # subscribed within the grace: kept samples go to it
-                if instance.subscribed_at is None:
-                    instance.subscribed_at = now
-                    self._in_grace.add(instance)
+                self._in_grace.setdefault(instance, now)
                 continue
             if instance.first_served:
                 instance.first_served = False  # this was that first subscription
                 continue
             self._quiet_watch[channel_id] = (instance.rows_events, self._clock_ns)
-        for instance in list(self._in_grace):
-            subscribed_at = instance.subscribed_at
-            if subscribed_at is None or instance.pending is None:  # advertised again since
-                self._in_grace.discard(instance)
-            elif now - subscribed_at >= VIEWERS_GRACE_S:
+        for instance, subscribed_at in list(self._in_grace.items()):
+            if now - subscribed_at >= VIEWERS_GRACE_S:
                 self._flush_pending(instance)
         for channel_id, (events, since_ns) in list(self._quiet_watch.items()):
             if self._clock_ns - since_ns < QUIET_NS:
@@ -819,6 +807,7 @@ class FoxgloveSink:
                 context=self._context,
             )
             instance.readvertised(channel, self._now)
+            self._in_grace.pop(instance, None)  # kept samples wait for a subscription again
             self._by_channel_id[channel.id()] = instance
             self.readvertised += 1
 
