@@ -247,7 +247,8 @@ def compare(recordings: list[Path], log: Path) -> str:
 
 
 def describe(name: str, run: Run, script: Run | None) -> str:
-    ratio = "" if script is None else f"  {script.cpu_s / run.cpu_s:4.2f}x less than the script"
+    # ours / the script's, as the issue and the README state it (lower is better)
+    ratio = "" if script is None else f"  {run.cpu_s / script.cpu_s:4.2f}x the script's CPU"
     same = "" if name in {"script", "floor"} else f"  {run.recording}"
     if run.delivered:
         same += f"\n  {'':<24} {run.delivered}"
