@@ -537,9 +537,7 @@ class FoxgloveSink:
                     pending.append((payload, time_ns))
                     self._pending_bytes += len(payload)
                     return
-                self._pending_bytes -= sum(len(early) for early, _ in pending)
-                instance.pending = None  # nobody subscribed in time (or left): no more kept
-                self._in_grace.pop(instance, None)
+                self._release_pending(instance)  # nobody subscribed in time (or left): dropped
             else:
                 # Seen here first when its on_subscribe has not reached _catch_up yet.
                 subscribed_at = self._in_grace.setdefault(instance, now)
@@ -555,13 +553,18 @@ class FoxgloveSink:
 
     def _flush_pending(self, instance: _Instance) -> None:
         """Send a new channel's kept samples (its first subscription has arrived)."""
-        pending = instance.pending or []
+        pending = self._release_pending(instance)
         for early, early_ns in pending:
             instance.channel.log(early, log_time=early_ns)
         self.sent += len(pending)
+
+    def _release_pending(self, instance: _Instance) -> list[tuple[bytes, int]]:
+        """Stop keeping samples for ``instance``; the ones kept so far (off the budget)."""
+        pending = instance.pending or []
         self._pending_bytes -= sum(len(early) for early, _ in pending)
         instance.pending = None
         self._in_grace.pop(instance, None)
+        return pending
 
     def _catch_up(self) -> None:
         """Send kept samples whose grace is over, and quiet topics' newest to late viewers."""
