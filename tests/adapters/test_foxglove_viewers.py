@@ -148,6 +148,151 @@ def test_viewers_connected_as_a_log_starts_each_get_every_row(sink: FoxgloveSink
     assert sink.counters()["foxglove_resent"] == 0
 
 
+def test_a_quiet_topic_of_the_last_log_is_not_sent_again_in_the_next(sink: FoxgloveSink) -> None:
+    """A topic logged at the end of one log is not that quiet topic's newest in the next.
+
+    Seen in CI: a viewer subscribed as the second log began; ``sensor_preflight`` (first row
+    2.4 s into PX4's log) stayed quiet for a second, and the first log's last row was sent
+    again, stamped on the second log's clock: a point that never happened.
+    """
+    log = _quiet_topic_last_log()
+    first = Viewer(sink.url)
+    late: Viewer | None = None
+    try:
+        wait_until(lambda: bool(first.of_kind("open")), what="the first viewer connected")
+        _stream(sink, log, wall_time=1_700_000_000.0)
+        wait_until(lambda: bool(first.messages("/quiet_cmd")), what="the first log's quiet row")
+        late = Viewer(sink.url)
+        wait_until(lambda: len(late.of_kind("advertise")) >= 4, what="the late viewer subscribed")
+        time.sleep(0.5)  # its subscriptions reach the server
+        _stream(sink, log, wall_time=1_700_000_100.0)
+        wait_until(lambda: len(first.messages("/quiet_cmd")) >= 2, what="the second log's row")
+        wait_until(lambda: bool(late.messages("/quiet_cmd")), what="the late viewer's row")
+    finally:
+        first.close()
+        if late is not None:
+            late.close()
+    assert sink.counters()["foxglove_resent"] == 0
+    first_log, second_log = (m["data"]["t"] for m in first.messages("/quiet_cmd"))  # type: ignore[index]
+    assert second_log - first_log == pytest.approx(100.0)
+    assert [m["data"]["t"] for m in late.messages("/quiet_cmd")] == [second_log]  # type: ignore[index]
+
+
+def test_the_first_viewer_of_an_unwatched_log_waits_for_quiet_topics_only(
+    sink: FoxgloveSink,
+) -> None:
+    """A viewer of a log nobody watched waits for a quiet topic like any late viewer.
+
+    Nothing was sent before it subscribed, so the server's time was unknown: the wait starts
+    at the first sample sent, and an active topic's newest is not sent again.
+    """
+    head, rest = events()
+    sink.policy.log_started(wall_time=1_700_000_000.0, now=time.monotonic())
+    for event in head:  # advertised and logged with nobody watching
+        sink.event(event, time.monotonic())
+    viewer = Viewer(sink.url)
+    try:
+        wait_until(lambda: len(viewer.of_kind("advertise")) >= 4, what="the viewer subscribed")
+        time.sleep(0.5)  # its subscriptions reach the server
+        for event in rest:
+            sink.event(event, time.monotonic())
+        wait_until(lambda: bool(viewer.messages("/quiet_cmd")), what="the quiet topic")
+        wait_until(lambda: len(viewer.messages("/active")) >= 100, what="the active topic")
+    finally:
+        viewer.close()
+    (again,) = viewer.messages("/quiet_cmd")
+    assert again["data"]["command"] == 176  # type: ignore[index]
+    assert sink.counters()["foxglove_resent"] == 1
+    values = [m["data"]["value"] for m in viewer.messages("/active")]  # type: ignore[index]
+    assert values == sorted(set(values))  # each once, in order
+    arrived = viewer.of_kind("message")
+    ahead = [m for m in arrived[: arrived.index(again)] if m["topic"] == "/active"]
+    before = [m["data"]["value"] for m in ahead]  # type: ignore[index]
+    assert (before[-1] - before[0]) * 10_000_000 >= QUIET_NS  # quiet for QUIET_NS of its time
+
+
+def test_a_quiet_topic_reaches_a_late_viewer_after_the_clock_goes_back_to_gps_time(
+    sink: FoxgloveSink,
+) -> None:
+    """A GPS fix that puts the server's time back restarts the wait for a quiet topic.
+
+    With a receiver clock years ahead, the late viewer gets the quiet topic's newest sample a
+    second later, not when the GPS time has caught up with the receiver's clock (years later).
+    """
+    gps_utc_s = 1_600_000_000
+    writer = ULogWriter(timestamp_us=1_000)
+    writer.format("quiet_cmd:uint64_t timestamp;uint32_t command;")
+    writer.format("active:uint64_t timestamp;float value;")
+    writer.format("vehicle_gps_position:uint64_t timestamp;uint64_t time_utc_usec;")
+    quiet = writer.add_logged_message("quiet_cmd")
+    active = writer.add_logged_message("active")
+    gps = writer.add_logged_message("vehicle_gps_position")
+    writer.data(quiet, struct.pack("<QI", 5_000, 176))
+    head = 0
+    for i in range(ACTIVE_ROWS):
+        if i == 100:  # split here: the late viewer subscribes, then the GPS fix comes
+            head = len(writer.getvalue())
+            writer.data(gps, struct.pack("<QQ", 10_000 + i * 10_000, gps_utc_s * 1_000_000))
+        writer.data(active, struct.pack("<Qf", 10_000 + i * 10_000, float(i)))
+    log = writer.getvalue()
+    parser = ULogParser()
+    first = Viewer(sink.url)
+    late: Viewer | None = None
+    try:
+        wait_until(lambda: bool(first.of_kind("open")), what="the first viewer connected")
+        sink.policy.log_started(wall_time=1_700_000_000.0, now=time.monotonic())
+        _feed(sink, parser, log[:head])  # on the receiver's clock, the server's time known
+        wait_until(lambda: bool(first.messages("/quiet_cmd")), what="the quiet row")
+        late = Viewer(sink.url)
+        wait_until(lambda: len(late.of_kind("advertise")) >= 5, what="the late viewer subscribed")
+        time.sleep(0.5)  # its subscriptions reach the server
+        _feed(sink, parser, log[head:])
+        wait_until(lambda: bool(late.messages("/quiet_cmd")), what="the quiet topic, late")
+    finally:
+        first.close()
+        if late is not None:
+            late.close()
+    (again,) = late.messages("/quiet_cmd")
+    assert again["data"]["command"] == 176  # type: ignore[index]
+    assert again["data"]["t"] < gps_utc_s + 5  # type: ignore[index] # on the GPS clock
+    assert [m["data"]["t"] for m in first.messages("/quiet_cmd")][1:] == [again["data"]["t"]]  # type: ignore[index]
+    assert sink.counters()["foxglove_resent"] == 1  # the active topic is never quiet
+
+
+def _quiet_topic_last_log() -> bytes:
+    """A log whose ``quiet_cmd`` logs once, after ``ACTIVE_ROWS`` of ``active`` (4 s)."""
+    writer = ULogWriter(timestamp_us=1_000)
+    writer.format("quiet_cmd:uint64_t timestamp;uint32_t command;")
+    writer.format("active:uint64_t timestamp;float value;")
+    quiet = writer.add_logged_message("quiet_cmd")
+    active = writer.add_logged_message("active")
+    for i in range(ACTIVE_ROWS):
+        writer.data(active, struct.pack("<Qf", 10_000 + i * 10_000, float(i)))
+    writer.data(quiet, struct.pack("<QI", 10_000 + ACTIVE_ROWS * 10_000, 176))
+    return writer.getvalue()
+
+
+def _stream(sink: FoxgloveSink, log: bytes, *, wall_time: float) -> None:
+    """Feed ``log`` to ``sink`` as one log (see :func:`_feed`)."""
+    sink.policy.log_started(wall_time=wall_time, now=time.monotonic())
+    parser = ULogParser()
+    _feed(sink, parser, log)
+    for event in parser.close():
+        sink.event(event, time.monotonic())
+
+
+def _feed(sink: FoxgloveSink, parser: ULogParser, data: bytes) -> None:
+    """Feed ``data`` to ``sink`` through ``parser``, a few rows an event, over about two seconds.
+
+    The sink learns of subscriptions, and sends kept rows, as events come.
+    """
+    chunks = range(0, len(data), 100)
+    for offset in chunks:
+        for event in parser.receive_bytes(data[offset : offset + 100]):
+            sink.event(event, time.monotonic())
+        time.sleep(2.0 / len(chunks))
+
+
 def _opened(viewer: Viewer) -> bool:
     return bool(viewer.of_kind("open"))
 

@@ -584,8 +584,12 @@ class FoxgloveSink:
         for instance, subscribed_at in list(self._in_grace.items()):
             if now - subscribed_at >= VIEWERS_GRACE_S:
                 self._flush_pending(instance)
+        clock_ns = self._clock_ns
         for channel_id, (events, since_ns) in list(self._quiet_watch.items()):
-            if self._clock_ns - since_ns < QUIET_NS:
+            if clock_ns < since_ns or not since_ns:  # went back (anchored anew), or was unknown
+                self._quiet_watch[channel_id] = (events, clock_ns)
+                continue
+            if clock_ns - since_ns < QUIET_NS:
                 continue
             del self._quiet_watch[channel_id]
             instance = self._instance_of(channel_id)
@@ -713,8 +717,12 @@ class FoxgloveSink:
         """A new log: new message ids and parameters.
 
         Channels stay: a topic instance logged again with the same format keeps its channel, so
-        a viewer's subscriptions and plots carry on from one log to the next.
+        a viewer's subscriptions and plots carry on from one log to the next. Their newest rows
+        do not: sent again to a late viewer, the last log's would be a point on this log's clock
+        that never happened (see :data:`QUIET_NS`).
         """
+        for instance in self._by_key.values():
+            instance.newest = None
         self._by_msg_id.clear()
         self._new_params = {}
         self._definitions_done = False
