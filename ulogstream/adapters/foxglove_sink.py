@@ -170,7 +170,9 @@ PENDING_BUDGET: Final = 4 << 20
 QUIET_NS: Final = 1_000_000_000
 """A topic that logs nothing for this long (server time) after a viewer subscribed to it is
 quiet: its newest sample is sent then (commands, setpoints, states that change rarely would
-show nothing until their next change). Every viewer subscribed to it gets that sample."""
+show nothing until their next change). Every viewer subscribed to it gets that sample. The wait
+starts again where the server's time was unknown at the subscription (nothing sent yet) or goes
+back (anchored anew); a new log's topics have no newest sample until they log one."""
 
 CLOCK_STEP_NS: Final = 10_000_000
 """The server's time moves in steps of at least this much sample time (10 ms): at most 100 time
