@@ -91,8 +91,7 @@ def test_first_rows_wait_for_the_first_viewer_and_quiet_topics_reach_a_late_one(
             fed += 1
         assert fed * 0.2 > VIEWERS_GRACE_S
         late = Viewer(sink.url)
-        wait_until(lambda: len(late.of_kind("advertise")) >= 4, what="the late viewer subscribed")
-        time.sleep(0.5)  # its subscriptions reach the server
+        _subscribed(late, 4)
         for event in rest[fed:]:
             now += 0.001
             sink.event(event, now)
@@ -163,8 +162,7 @@ def test_a_quiet_topic_of_the_last_log_is_not_sent_again_in_the_next(sink: Foxgl
         _stream(sink, log, wall_time=1_700_000_000.0)
         wait_until(lambda: bool(first.messages("/quiet_cmd")), what="the first log's quiet row")
         late = Viewer(sink.url)
-        wait_until(lambda: len(late.of_kind("advertise")) >= 4, what="the late viewer subscribed")
-        time.sleep(0.5)  # its subscriptions reach the server
+        _subscribed(late, 4)
         _stream(sink, log, wall_time=1_700_000_100.0)
         wait_until(lambda: len(first.messages("/quiet_cmd")) >= 2, what="the second log's row")
         wait_until(lambda: bool(late.messages("/quiet_cmd")), what="the late viewer's row")
@@ -192,8 +190,7 @@ def test_the_first_viewer_of_an_unwatched_log_waits_for_quiet_topics_only(
         sink.event(event, time.monotonic())
     viewer = Viewer(sink.url)
     try:
-        wait_until(lambda: len(viewer.of_kind("advertise")) >= 4, what="the viewer subscribed")
-        time.sleep(0.5)  # its subscriptions reach the server
+        _subscribed(viewer, 4)
         for event in rest:
             sink.event(event, time.monotonic())
         wait_until(lambda: bool(viewer.messages("/quiet_cmd")), what="the quiet topic")
@@ -244,8 +241,7 @@ def test_a_quiet_topic_reaches_a_late_viewer_after_the_clock_goes_back_to_gps_ti
         _feed(sink, parser, log[:head])  # on the receiver's clock, the server's time known
         wait_until(lambda: bool(first.messages("/quiet_cmd")), what="the quiet row")
         late = Viewer(sink.url)
-        wait_until(lambda: len(late.of_kind("advertise")) >= 5, what="the late viewer subscribed")
-        time.sleep(0.5)  # its subscriptions reach the server
+        _subscribed(late, 5)
         _feed(sink, parser, log[head:])
         wait_until(lambda: bool(late.messages("/quiet_cmd")), what="the quiet topic, late")
     finally:
@@ -270,6 +266,12 @@ def _quiet_topic_last_log() -> bytes:
         writer.data(active, struct.pack("<Qf", 10_000 + i * 10_000, float(i)))
     writer.data(quiet, struct.pack("<QI", 10_000 + ACTIVE_ROWS * 10_000, 176))
     return writer.getvalue()
+
+
+def _subscribed(viewer: Viewer, channels: int) -> None:
+    """Wait until ``viewer`` was told of ``channels`` channels and its subscriptions arrived."""
+    wait_until(lambda: len(viewer.of_kind("advertise")) >= channels, what="a viewer subscribed")
+    time.sleep(0.5)  # its subscriptions reach the server (the sink learns of them at events)
 
 
 def _stream(sink: FoxgloveSink, log: bytes, *, wall_time: float) -> None:
