@@ -26,7 +26,7 @@ import pytest
 from support.loop_watch import count_registrations
 from support.waiting import eventually, holds_for, running
 
-from ulogstream.adapters.mqtt_sink import MqttSink
+from ulogstream.adapters.mqtt_sink import MqttSink, tls_probe_context
 from ulogstream.config.sections import MqttSettings, mqtt_password
 from ulogstream.config.values import BrokerAddress, SettingError
 from ulogstream.errors import ConfigError
@@ -731,3 +731,16 @@ async def test_a_registration_of_a_socket_closed_meanwhile_is_quiet_and_other_er
         assert loop.get_exception_handler() is not None  # ours again once the sink stopped
     finally:
         loop.set_exception_handler(None)
+
+
+def test_the_tls_probe_loads_no_certificate_authorities() -> None:
+    """The probe of a plain port that dropped runs on the event loop while the vehicle streams.
+
+    Loading the system's CA bundle there (``ssl.create_default_context``) held the loop for
+    about 50 ms, and PX4 resent a packet whose ack waited (CI, a broker restart). The probe
+    checks no certificate, so it loads none.
+    """
+    context = tls_probe_context()
+    assert context.cert_store_stats() == {"x509": 0, "crl": 0, "x509_ca": 0}
+    assert context.verify_mode == ssl.CERT_NONE
+    assert not context.check_hostname
