@@ -39,13 +39,22 @@ ACTIVE_ROWS = 400
 pytestmark = pytest.mark.timeout(120)
 
 
-def events() -> tuple[list[ULogEvent], list[ULogEvent]]:
-    """A log's events: up to the quiet topic's only row, and the rest (the active topic's rows)."""
+def _quiet_and_active(*formats: str) -> tuple[ULogWriter, int, int]:
+    """A log's writer with ``quiet_cmd`` and ``active`` subscribed (their msg_ids after it).
+
+    ``formats`` are defined too, for the caller to subscribe.
+    """
     writer = ULogWriter(timestamp_us=1_000)
     writer.format("quiet_cmd:uint64_t timestamp;uint32_t command;")
     writer.format("active:uint64_t timestamp;float value;")
-    quiet = writer.add_logged_message("quiet_cmd")
-    active = writer.add_logged_message("active")
+    for definition in formats:
+        writer.format(definition)
+    return writer, writer.add_logged_message("quiet_cmd"), writer.add_logged_message("active")
+
+
+def events() -> tuple[list[ULogEvent], list[ULogEvent]]:
+    """A log's events: up to the quiet topic's only row, and the rest (the active topic's rows)."""
+    writer, quiet, active = _quiet_and_active()
     writer.data(quiet, struct.pack("<QI", 5_000, 176))
     head = len(writer.getvalue())
     for i in range(ACTIVE_ROWS):
@@ -218,12 +227,9 @@ def test_a_quiet_topic_reaches_a_late_viewer_after_the_clock_goes_back_to_gps_ti
     second later, not when the GPS time has caught up with the receiver's clock (years later).
     """
     gps_utc_s = 1_600_000_000
-    writer = ULogWriter(timestamp_us=1_000)
-    writer.format("quiet_cmd:uint64_t timestamp;uint32_t command;")
-    writer.format("active:uint64_t timestamp;float value;")
-    writer.format("vehicle_gps_position:uint64_t timestamp;uint64_t time_utc_usec;")
-    quiet = writer.add_logged_message("quiet_cmd")
-    active = writer.add_logged_message("active")
+    writer, quiet, active = _quiet_and_active(
+        "vehicle_gps_position:uint64_t timestamp;uint64_t time_utc_usec;"
+    )
     gps = writer.add_logged_message("vehicle_gps_position")
     writer.data(quiet, struct.pack("<QI", 5_000, 176))
     head = 0
@@ -258,11 +264,7 @@ def test_a_quiet_topic_reaches_a_late_viewer_after_the_clock_goes_back_to_gps_ti
 
 def _quiet_topic_last_log() -> bytes:
     """A log whose ``quiet_cmd`` logs once, after ``ACTIVE_ROWS`` of ``active`` (4 s)."""
-    writer = ULogWriter(timestamp_us=1_000)
-    writer.format("quiet_cmd:uint64_t timestamp;uint32_t command;")
-    writer.format("active:uint64_t timestamp;float value;")
-    quiet = writer.add_logged_message("quiet_cmd")
-    active = writer.add_logged_message("active")
+    writer, quiet, active = _quiet_and_active()
     for i in range(ACTIVE_ROWS):
         writer.data(active, struct.pack("<Qf", 10_000 + i * 10_000, float(i)))
     writer.data(quiet, struct.pack("<QI", 10_000 + ACTIVE_ROWS * 10_000, 176))
