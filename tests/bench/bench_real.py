@@ -19,6 +19,8 @@ run in this process on one CPU) to each receiver in turn, a subprocess pinned to
 - ``floor``: ``floor_receiver.py``, the least a Python receiver can do (standard library only:
   a blocking ``recvfrom``, acks, payloads appended raw; no CRC, sequence or ULog framing). No
   receiver that keeps its promises costs less, so its ratio bounds what the others can reach.
+- ``free:json record --mqtt``, ``free:policy record --mqtt`` (not in the default set): the same
+  with one part of the live path made free (``free_part.py``), to weigh that part.
 - ``record --mqtt-rate 0``: every row published (``--rate0``; not in the default set); a
   subscriber (``bench_live.py subscribe``) counts the samples/s it receives and the recorded
   rows it never got.
@@ -78,6 +80,7 @@ PACES = {"sitl": SITL_LINK_RATE, "usb": USB_LINK_RATE, "2usb": 2 * USB_LINK_RATE
 RECEIVERS = ("script", "floor", "record", "record --mqtt")
 SCRIPT = Path(__file__).with_name("px4_script.py")
 FLOOR = Path(__file__).with_name("floor_receiver.py")
+FREE_PART = Path(__file__).with_name("free_part.py")
 
 
 # -- the decode path alone (in this process) ----------------------------------------------------
@@ -153,11 +156,15 @@ async def run_one(log: Path, receiver: str, link_rate: float, broker: int | None
     elif receiver == "floor":
         command = [str(FLOOR), f"udpout:127.0.0.1:{port}", str(out / "floor.bin")]
     else:
+        words = receiver.split()
+        program = ["-m", "ulogstream"]
+        if words[0].startswith("free:"):  # "free:json record --mqtt": see free_part.py
+            program = [str(FREE_PART), words.pop(0).removeprefix("free:")]
         command = [
-            "-m", "ulogstream", "record", f"udpout:127.0.0.1:{port}", "--once", "--no-status",
+            *program, "record", f"udpout:127.0.0.1:{port}", "--once", "--no-status",
             "--out", str(out), "--min-free-mb", "0",
         ]  # fmt: skip
-        for arg in receiver.split()[1:]:  # "record --mqtt --mqtt-rate 0": the broker's URL added
+        for arg in words[1:]:  # "record --mqtt --mqtt-rate 0": the broker's URL added
             command += (
                 [arg, f"mqtt://127.0.0.1:{broker}", "--vehicle-id", "bench"]
                 if arg == "--mqtt"
