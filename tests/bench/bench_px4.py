@@ -16,7 +16,9 @@ PX4's ack pace, the data phase at about 900 packets/s, the stop and the exit), f
   ULog framing): no receiver that keeps its promises costs less;
 - ``record``: ``python -m ulogstream record ... --once``, file only;
 - ``record --mqtt``: the same, publishing to a mosquitto started here (default 10 Hz);
-- ``before:record``, ``before:record --mqtt``: the same from another checkout (``--before DIR``).
+- ``before:record``, ``before:record --mqtt``: the same from another checkout (``--before DIR``);
+- ``free:json record --mqtt``, ``free:policy record --mqtt``: one part of the live path made free
+  (``free_part.py``), to weigh that part.
 
 The order of the receivers rotates from round to round, and each figure is printed as a ratio to
 the script's CPU in the same round (lower is better): the machine is shared and its speed drifts.
@@ -68,8 +70,12 @@ def command(receiver: str, out: Path, broker: int) -> list[str]:
         return [sys.executable, str(BENCH / "px4_script.py"), link, str(out / "script.ulg")]
     if receiver == "floor":
         return [sys.executable, str(BENCH / "floor_receiver.py"), link, str(out / "floor.bin")]
+    program = ["-m", "ulogstream"]
+    if receiver.startswith("free:"):  # "free:json record --mqtt": see free_part.py
+        part = receiver.partition(" ")[0].removeprefix("free:")
+        program = [str(BENCH / "free_part.py"), part]
     words = [
-        sys.executable, "-m", "ulogstream", "record", link, "--once", "--no-status",
+        sys.executable, *program, "record", link, "--once", "--no-status",
         "--out", str(out), "--min-free-mb", "0",
     ]  # fmt: skip
     if "--mqtt" in receiver.split():
