@@ -17,11 +17,15 @@ framing the log for the live path and keeping the broker connection cost.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ulogstream.cli import main
-from ulogstream.live.encode import RowEncoder
-from ulogstream.live.policy import PublishPolicy
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # this checkout's ulogstream, as ``python -m ulogstream`` from it
+
+from ulogstream.cli import main  # noqa: E402
+from ulogstream.live.encode import RowEncoder  # noqa: E402
+from ulogstream.live.policy import PublishPolicy  # noqa: E402
 
 if TYPE_CHECKING:
     import numpy as np
