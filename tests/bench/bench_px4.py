@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
 sys.path.insert(0, str(ROOT / "tests"))
 
+from bench import free_part  # noqa: E402
 from bench.bench_live import mosquitto  # noqa: E402
 from bench.installed import compile_package  # noqa: E402
 
@@ -70,12 +71,8 @@ def command(receiver: str, out: Path, broker: int) -> list[str]:
         return [sys.executable, str(BENCH / "px4_script.py"), link, str(out / "script.ulg")]
     if receiver == "floor":
         return [sys.executable, str(BENCH / "floor_receiver.py"), link, str(out / "floor.bin")]
-    program = ["-m", "ulogstream"]
-    if receiver.startswith("free:"):  # "free:json record --mqtt": see free_part.py
-        part = receiver.partition(" ")[0].removeprefix("free:")
-        program = [str(BENCH / "free_part.py"), part]
     words = [
-        sys.executable, *program, "record", link, "--once", "--no-status",
+        sys.executable, *free_part.program(receiver), "record", link, "--once", "--no-status",
         "--out", str(out), "--min-free-mb", "0",
     ]  # fmt: skip
     if "--mqtt" in receiver.split():

@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run from a checkout, uninstalled
 sys.path.insert(0, str(ROOT / "tests"))
 
+from bench import free_part  # noqa: E402
 from bench.bench_live import mosquitto, percentiles  # noqa: E402
 from bench.bench_pipeline import AckTimer  # noqa: E402
 from bench.bench_ulog import build_large  # noqa: E402
@@ -80,7 +81,6 @@ PACES = {"sitl": SITL_LINK_RATE, "usb": USB_LINK_RATE, "2usb": 2 * USB_LINK_RATE
 RECEIVERS = ("script", "floor", "record", "record --mqtt")
 SCRIPT = Path(__file__).with_name("px4_script.py")
 FLOOR = Path(__file__).with_name("floor_receiver.py")
-FREE_PART = Path(__file__).with_name("free_part.py")
 
 
 # -- the decode path alone (in this process) ----------------------------------------------------
@@ -156,15 +156,12 @@ async def run_one(log: Path, receiver: str, link_rate: float, broker: int | None
     elif receiver == "floor":
         command = [str(FLOOR), f"udpout:127.0.0.1:{port}", str(out / "floor.bin")]
     else:
-        words = receiver.split()
-        program = ["-m", "ulogstream"]
-        if words[0].startswith("free:"):  # "free:json record --mqtt": see free_part.py
-            program = [str(FREE_PART), words.pop(0).removeprefix("free:")]
         command = [
-            *program, "record", f"udpout:127.0.0.1:{port}", "--once", "--no-status",
-            "--out", str(out), "--min-free-mb", "0",
+            *free_part.program(receiver), "record", f"udpout:127.0.0.1:{port}", "--once",
+            "--no-status", "--out", str(out), "--min-free-mb", "0",
         ]  # fmt: skip
-        for arg in words[1:]:  # "record --mqtt --mqtt-rate 0": the broker's URL added
+        # "record --mqtt --mqtt-rate 0": the broker's URL added
+        for arg in free_part.command_words(receiver)[1:]:
             command += (
                 [arg, f"mqtt://127.0.0.1:{broker}", "--vehicle-id", "bench"]
                 if arg == "--mqtt"

@@ -36,6 +36,25 @@ if TYPE_CHECKING:
 
 EMPTY = b"{}"
 
+PREFIX = "free:"
+
+
+def program(receiver: str) -> list[str]:
+    """What runs a benchmark's ulogstream receiver after the interpreter (``record`` and on).
+
+    ``"free:json record --mqtt"``: this script with part ``json``; any other: ``-m ulogstream``.
+    """
+    first = receiver.partition(" ")[0]
+    if first.startswith(PREFIX):
+        return [__file__, first.removeprefix(PREFIX)]
+    return ["-m", "ulogstream"]
+
+
+def command_words(receiver: str) -> list[str]:
+    """``receiver``'s words from ``record`` on (a ``free:PART`` first word left out)."""
+    words = receiver.split()
+    return words[1:] if words[0].startswith(PREFIX) else words
+
 
 def _constant_payload(self: RowEncoder, row: bytes, stamp: int, time: str) -> bytes:
     del self, row, stamp, time
